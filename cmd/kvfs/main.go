@@ -1,0 +1,145 @@
+// Command kvfs stores LLM KV-cache snapshots once, deduplicated by content,
+// behind an ordinary filesystem.
+//
+// Usage:
+//
+//	kvfs <command> [flags] [arguments]
+//
+// Run "kvfs help" for the commands and "kvfs <command> --help" for each
+// command's flags. Exit codes are listed in exitCode.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+)
+
+// command is one subcommand: its name, a one-line summary, and the function
+// that parses its arguments and runs it.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
+	}
+}
+
+// Exit codes, documented in README.md and in "kvfs help".
+const (
+	exitOK       = 0 // success
+	exitFailure  = 1 // the operation failed: unreadable or invalid input, I/O error
+	exitUsage    = 2 // bad command line
+	exitCorrupt  = 3 // verification found bytes that do not match their hash
+	exitCanceled = 4 // interrupted by SIGINT or SIGTERM
+)
+
+// usageError marks a bad command line; main prints the usage with it.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errCorrupt marks a verification failure so that it exits with exitCorrupt.
+var errCorrupt = errors.New("verification failed")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code. It is the only
+// place where errors become messages and exit codes.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
+		printUsage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var ue usageError
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, pflag.ErrHelp):
+			return exitOK
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "kvfs %s: %v\nRun 'kvfs %s --help' for usage.\n", c.name, err, c.name)
+			return exitUsage
+		case ctx.Err() != nil:
+			fmt.Fprintf(stderr, "kvfs %s: interrupted: %v\n", c.name, err)
+			return exitCanceled
+		case errors.Is(err, errCorrupt):
+			fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, err)
+			return exitCorrupt
+		default:
+			fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, err)
+			return exitFailure
+		}
+	}
+	fmt.Fprintf(stderr, "kvfs: unknown command %q\nRun 'kvfs help' for the list of commands.\n", args[0])
+	return exitUsage
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "kvfs stores LLM KV-cache snapshots once, deduplicated, behind a filesystem.\n\n")
+	fmt.Fprintf(w, "Usage:\n  kvfs <command> [flags] [arguments]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `  %-10s show this help, or a command's ("kvfs help inspect")
+
+Exit codes:
+  0  success
+  1  the operation failed (unreadable or invalid input, I/O error)
+  2  bad command line
+  3  verification failed: stored bytes do not match their hash
+  4  interrupted by SIGINT or SIGTERM
+`, "help")
+}
+
+// newFlags returns a flag set for a subcommand that reports errors to the
+// caller instead of exiting, with a usage text that lists every flag.
+func newFlags(name, usage, about string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: kvfs %s %s\n\n%s\n\nFlags:\n%s", name, usage, about, fs.FlagUsages())
+	}
+	return fs
+}
+
+// parseFlags parses args, turning pflag errors other than --help into
+// usage errors.
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
