@@ -225,3 +225,42 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 		t.Errorf("cancelled verify: %v", err)
 	}
 }
+
+func TestPrefixRoundTrip(t *testing.T) {
+	p := Prefix{HeaderLen: 2331, DataStart: 16384, HeaderHash: 0xec6f5a822a956720}
+	b, err := p.MarshalBinary()
+	if err != nil || len(b) != PrefixLen {
+		t.Fatal(len(b), err)
+	}
+	whole := readFile(t, fixturePath("whole", 300))
+	if !bytes.Equal(b, whole[:PrefixLen]) {
+		t.Fatalf("encoded prefix %x, fixture %x", b, whole[:PrefixLen])
+	}
+	var q Prefix
+	if err := q.UnmarshalBinary(b); err != nil || q != p {
+		t.Fatalf("decoded %+v, %v", q, err)
+	}
+}
+
+// TestParseV2 reads a format 2 file: the same layout, with tensor hashes
+// that were not zero-padded.
+func TestParseV2(t *testing.T) {
+	whole := readFile(t, fixturePath("whole", 300))
+	js := string(whole[PrefixLen : PrefixLen+2331])
+	v2 := rehead(t, whole, sub(t, js, `"formatVersion":3`, `"formatVersion":2`))
+	s, err := Parse(bytes.NewReader(v2), int64(len(v2)), "v2.mlxkv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Verify(context.Background(), bytes.NewReader(v2), nil); err != nil {
+		t.Fatal(err)
+	}
+	short := rehead(t, whole, sub(t, sub(t, js, `"formatVersion":3`, `"formatVersion":2`), `"hash":"ea37e8c125f8759a"`, `"hash":"ea37e8c125f875"`))
+	s, err = Parse(bytes.NewReader(short), int64(len(short)), "v2.mlxkv")
+	if err != nil {
+		t.Fatalf("unpadded v2 hash rejected: %v", err)
+	}
+	if err := s.Verify(context.Background(), bytes.NewReader(short), nil); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("wrong v2 hash verified: %v", err)
+	}
+}
