@@ -1,0 +1,443 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names. Keys are big-endian integers, so cursors walk them in
+// numeric order.
+var (
+	bucketMeta      = []byte("meta")      // parameter name → value
+	bucketInodes    = []byte("inodes")    // ino → Inode (JSON)
+	bucketDirents   = []byte("dirents")   // parent ino ‖ name → child ino
+	bucketManifests = []byte("manifests") // ino → Manifest (binary)
+	bucketChunks    = []byte("chunks")    // chunk ID → Chunk
+	bucketBlobs     = []byte("blobs")     // sha256 ‖ ino → nothing
+	bucketSnaps     = []byte("snaps")     // layout key ‖ ino → tokens (u32 LE)
+	bucketOrphans   = []byte("orphans")   // ino → nothing
+	bucketPacks     = []byte("packs")     // pack → Pack
+	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks}
+
+	keyVersion   = []byte("version")
+	keyChunkSize = []byte("chunkSize")
+	keyNextIno   = []byte("nextIno")
+	keyNextPack  = []byte("nextPack")
+)
+
+// SchemaVersion is the version of this bucket layout.
+const SchemaVersion = 1
+
+// Params are the store's parameters, fixed at creation.
+type Params struct {
+	ChunkSize int64
+}
+
+// DB is the open index.
+type DB struct {
+	bolt *bolt.DB
+	path string
+}
+
+// Open opens the index at path. With create, a missing index is created with
+// params; otherwise a missing index is an error. bbolt's file lock makes the
+// opener the only process using the store; a second opener fails after
+// timeout.
+func Open(path string, create bool, params Params, timeout time.Duration) (*DB, error) {
+	opts := &bolt.Options{Timeout: timeout, NoFreelistSync: false}
+	if !create {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("open index %s: %w", path, err)
+		}
+	}
+	b, err := bolt.Open(path, 0o600, opts)
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open index %s: store is in use by another process", path)
+		}
+		return nil, fmt.Errorf("open index %s: %w", path, err)
+	}
+	db := &DB{bolt: b, path: path}
+	err = b.Update(func(tx *bolt.Tx) error {
+		fresh := tx.Bucket(bucketMeta) == nil
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if fresh {
+			if !create {
+				return errors.New("not a kvfs index")
+			}
+			if params.ChunkSize <= 0 {
+				return fmt.Errorf("chunk size %d", params.ChunkSize)
+			}
+			putU64(meta, keyVersion, SchemaVersion)
+			putU64(meta, keyChunkSize, uint64(params.ChunkSize))
+			putU64(meta, keyNextIno, RootIno+1)
+			putU64(meta, keyNextPack, 1)
+			now := time.Now().UnixNano()
+			root := &Inode{Ino: RootIno, Mode: fs.ModeDir | 0o755, Mtime: now, Ctime: now}
+			return (&Tx{tx}).PutInode(root)
+		}
+		if v := getU64(meta, keyVersion); v != SchemaVersion {
+			return fmt.Errorf("%w: schema version %d, this kvfs reads %d", ErrParams, v, SchemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("open index %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Path is the index file's path.
+func (db *DB) Path() string { return db.path }
+
+// Close closes the index.
+func (db *DB) Close() error { return db.bolt.Close() }
+
+// Update runs fn in a read-write transaction, committed (and synced) if fn
+// returns nil.
+func (db *DB) Update(fn func(*Tx) error) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+}
+
+// View runs fn in a read-only transaction.
+func (db *DB) View(fn func(*Tx) error) error {
+	return db.bolt.View(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+}
+
+// Tx is a transaction on the index.
+type Tx struct{ tx *bolt.Tx }
+
+func (t *Tx) b(name []byte) *bolt.Bucket { return t.tx.Bucket(name) }
+
+// Params returns the store's parameters.
+func (t *Tx) Params() Params {
+	return Params{ChunkSize: int64(getU64(t.b(bucketMeta), keyChunkSize))}
+}
+
+func u64key(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func putU64(b *bolt.Bucket, k []byte, v uint64) error { return b.Put(k, u64key(v)) }
+
+func getU64(b *bolt.Bucket, k []byte) uint64 {
+	v := b.Get(k)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// NextIno allocates an inode number.
+func (t *Tx) NextIno() (uint64, error) {
+	m := t.b(bucketMeta)
+	n := getU64(m, keyNextIno)
+	return n, putU64(m, keyNextIno, n+1)
+}
+
+// NextPack allocates a pack number.
+func (t *Tx) NextPack() (uint32, error) {
+	m := t.b(bucketMeta)
+	n := getU64(m, keyNextPack)
+	return uint32(n), putU64(m, keyNextPack, n+1)
+}
+
+// Inode returns an inode, or ErrNotFound.
+func (t *Tx) Inode(ino uint64) (*Inode, error) {
+	v := t.b(bucketInodes).Get(u64key(ino))
+	if v == nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+	}
+	return unmarshalInode(ino, v)
+}
+
+// PutInode stores an inode's attributes.
+func (t *Tx) PutInode(n *Inode) error {
+	v, err := marshalInode(n)
+	if err != nil {
+		return err
+	}
+	return t.b(bucketInodes).Put(u64key(n.Ino), v)
+}
+
+// DeleteInode removes an inode with its manifest and index entries. It does
+// not release the manifest's chunks; ReleaseManifest does.
+func (t *Tx) DeleteInode(n *Inode) error {
+	if err := t.b(bucketInodes).Delete(u64key(n.Ino)); err != nil {
+		return err
+	}
+	if err := t.b(bucketManifests).Delete(u64key(n.Ino)); err != nil {
+		return err
+	}
+	if n.Blob != "" {
+		if err := t.b(bucketBlobs).Delete(blobKey(n.Blob, n.Ino)); err != nil {
+			return err
+		}
+	}
+	if n.Layout != "" {
+		if err := t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino)); err != nil {
+			return err
+		}
+	}
+	return t.b(bucketOrphans).Delete(u64key(n.Ino))
+}
+
+func direntKey(parent uint64, name string) []byte {
+	return append(u64key(parent), name...)
+}
+
+// Lookup returns the inode number of name in directory parent.
+func (t *Tx) Lookup(parent uint64, name string) (uint64, error) {
+	v := t.b(bucketDirents).Get(direntKey(parent, name))
+	if v == nil {
+		return 0, ErrNotFound
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Link sets name in parent to ino, replacing any previous entry.
+func (t *Tx) Link(parent uint64, name string, ino uint64) error {
+	return t.b(bucketDirents).Put(direntKey(parent, name), u64key(ino))
+}
+
+// Unlink removes name from parent.
+func (t *Tx) Unlink(parent uint64, name string) error {
+	return t.b(bucketDirents).Delete(direntKey(parent, name))
+}
+
+// Dirent is one directory entry.
+type Dirent struct {
+	Name string
+	Ino  uint64
+}
+
+// ReadDir lists a directory in name order.
+func (t *Tx) ReadDir(parent uint64) ([]Dirent, error) {
+	var out []Dirent
+	prefix := u64key(parent)
+	c := t.b(bucketDirents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		out = append(out, Dirent{Name: string(k[8:]), Ino: binary.BigEndian.Uint64(v)})
+	}
+	return out, nil
+}
+
+// Empty reports whether a directory has no entries.
+func (t *Tx) Empty(dir uint64) bool {
+	prefix := u64key(dir)
+	k, _ := t.b(bucketDirents).Cursor().Seek(prefix)
+	return k == nil || !bytes.HasPrefix(k, prefix)
+}
+
+// Manifest returns a file's manifest.
+func (t *Tx) Manifest(ino uint64) (Manifest, error) {
+	v := t.b(bucketManifests).Get(u64key(ino))
+	if v == nil {
+		return nil, fmt.Errorf("manifest of inode %d: %w", ino, ErrNotFound)
+	}
+	var m Manifest
+	if err := m.UnmarshalBinary(v); err != nil {
+		return nil, fmt.Errorf("manifest of inode %d: %w", ino, err)
+	}
+	return m, nil
+}
+
+// PutManifest stores a file's manifest. It does not change refcounts.
+func (t *Tx) PutManifest(ino uint64, m Manifest) error {
+	v, err := m.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return t.b(bucketManifests).Put(u64key(ino), v)
+}
+
+// Chunk returns a chunk record, or ErrNotFound.
+func (t *Tx) Chunk(id blockstore.ID) (Chunk, error) {
+	v := t.b(bucketChunks).Get(id[:])
+	if v == nil {
+		return Chunk{}, ErrNotFound
+	}
+	return unmarshalChunk(v)
+}
+
+// PutChunk stores a chunk record.
+func (t *Tx) PutChunk(id blockstore.ID, c Chunk) error {
+	return t.b(bucketChunks).Put(id[:], c.marshal())
+}
+
+// ForEachChunk calls fn for every chunk record.
+func (t *Tx) ForEachChunk(fn func(id blockstore.ID, c Chunk) error) error {
+	return t.b(bucketChunks).ForEach(func(k, v []byte) error {
+		c, err := unmarshalChunk(v)
+		if err != nil {
+			return err
+		}
+		var id blockstore.ID
+		copy(id[:], k)
+		return fn(id, c)
+	})
+}
+
+// Release decrements the refcount of each chunk; a chunk that reaches zero
+// is removed from the index, its bytes counted dead in its pack, and
+// returned, so that the caller can punch it out once the transaction has
+// committed.
+func (t *Tx) Release(ids []blockstore.ID) ([]blockstore.Loc, error) {
+	var freed []blockstore.Loc
+	for _, id := range ids {
+		c, err := t.Chunk(id)
+		if err != nil {
+			return nil, fmt.Errorf("release chunk %s: %w", id, err)
+		}
+		if c.Refs > 1 {
+			c.Refs--
+			if err := t.PutChunk(id, c); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := t.b(bucketChunks).Delete(id[:]); err != nil {
+			return nil, err
+		}
+		p, err := t.Pack(c.Loc.Pack)
+		if err != nil {
+			return nil, err
+		}
+		p.Dead += c.Loc.Len
+		if err := t.PutPack(c.Loc.Pack, p); err != nil {
+			return nil, err
+		}
+		freed = append(freed, c.Loc)
+	}
+	return freed, nil
+}
+
+// Pack returns a pack's state; an unknown pack has the zero state.
+func (t *Tx) Pack(pack uint32) (Pack, error) {
+	v := t.b(bucketPacks).Get(binary.BigEndian.AppendUint32(nil, pack))
+	if v == nil {
+		return Pack{}, nil
+	}
+	return unmarshalPack(v)
+}
+
+// PutPack stores a pack's state.
+func (t *Tx) PutPack(pack uint32, p Pack) error {
+	return t.b(bucketPacks).Put(binary.BigEndian.AppendUint32(nil, pack), p.marshal())
+}
+
+// DeletePack forgets a pack.
+func (t *Tx) DeletePack(pack uint32) error {
+	return t.b(bucketPacks).Delete(binary.BigEndian.AppendUint32(nil, pack))
+}
+
+// Packs returns every pack's state.
+func (t *Tx) Packs() (map[uint32]Pack, error) {
+	out := map[uint32]Pack{}
+	err := t.b(bucketPacks).ForEach(func(k, v []byte) error {
+		p, err := unmarshalPack(v)
+		if err != nil {
+			return err
+		}
+		out[binary.BigEndian.Uint32(k)] = p
+		return nil
+	})
+	return out, err
+}
+
+// ForEachInode calls fn for every inode.
+func (t *Tx) ForEachInode(fn func(*Inode) error) error {
+	return t.b(bucketInodes).ForEach(func(k, v []byte) error {
+		n, err := unmarshalInode(binary.BigEndian.Uint64(k), v)
+		if err != nil {
+			return err
+		}
+		return fn(n)
+	})
+}
+
+// AddOrphan records an inode whose last name is gone while it is open.
+func (t *Tx) AddOrphan(ino uint64) error { return t.b(bucketOrphans).Put(u64key(ino), nil) }
+
+// Orphans lists the orphaned inodes.
+func (t *Tx) Orphans() ([]uint64, error) {
+	var out []uint64
+	err := t.b(bucketOrphans).ForEach(func(k, _ []byte) error {
+		out = append(out, binary.BigEndian.Uint64(k))
+		return nil
+	})
+	return out, err
+}
+
+func blobKey(hash string, ino uint64) []byte { return append([]byte(hash), u64key(ino)...) }
+
+// AddBlob indexes a blob file by its content hash (64 hex digits).
+func (t *Tx) AddBlob(hash string, ino uint64) error {
+	return t.b(bucketBlobs).Put(blobKey(hash, ino), nil)
+}
+
+// Blob returns an inode holding the blob with this hash.
+func (t *Tx) Blob(hash string) (uint64, error) {
+	k, _ := t.b(bucketBlobs).Cursor().Seek([]byte(hash))
+	if k == nil || len(k) != len(hash)+8 || string(k[:len(hash)]) != hash {
+		return 0, ErrNotFound
+	}
+	return binary.BigEndian.Uint64(k[len(hash):]), nil
+}
+
+func snapKey(layout string, ino uint64) []byte { return append([]byte(layout), u64key(ino)...) }
+
+// AddSnapshot indexes a committed snapshot's tokens under its layout key.
+func (t *Tx) AddSnapshot(layout string, ino uint64, tokens []uint32) error {
+	v := make([]byte, 4*len(tokens))
+	for i, tk := range tokens {
+		binary.LittleEndian.PutUint32(v[4*i:], tk)
+	}
+	return t.b(bucketSnaps).Put(snapKey(layout, ino), v)
+}
+
+// Snapshots calls fn with each snapshot of a layout key and its tokens.
+// tokens is valid only during the call.
+func (t *Tx) Snapshots(layout string, fn func(ino uint64, tokens []byte) error) error {
+	prefix := []byte(layout)
+	c := t.b(bucketSnaps).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(k) != len(prefix)+8 {
+			continue
+		}
+		if err := fn(binary.BigEndian.Uint64(k[len(prefix):]), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IsOrphan reports whether an inode is an orphan.
+func (t *Tx) IsOrphan(ino uint64) bool { return t.b(bucketOrphans).Get(u64key(ino)) != nil }
+
+// Unindex removes an inode from the blob and snapshot indexes, so that no
+// lookup finds it any more (an orphan keeps its content for open handles
+// only).
+func (t *Tx) Unindex(n *Inode) error {
+	if n.Blob != "" {
+		if err := t.b(bucketBlobs).Delete(blobKey(n.Blob, n.Ino)); err != nil {
+			return err
+		}
+	}
+	if n.Layout != "" {
+		return t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino))
+	}
+	return nil
+}

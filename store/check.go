@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// CheckOptions select the expensive checks.
+type CheckOptions struct {
+	// Verify reads every chunk and checks its sha256.
+	Verify bool
+}
+
+// Check verifies the store's invariants and returns every violation found
+// (joined), or nil:
+//
+//   - each chunk's refcount equals the number of committed manifests
+//     listing it, every listed chunk is in the index, and no chunk record
+//     has a zero refcount;
+//   - every chunk lies inside its pack's committed length, in a range that
+//     is not punched out, and no two chunks overlap;
+//   - each pack's file is exactly its committed length (no ingest may be in
+//     flight while Check runs);
+//   - every name points at an existing inode, every inode but the root and
+//     the orphans has exactly one name, and every file's manifest adds up
+//     to its size.
+//
+// It reads a consistent snapshot of the index in one transaction.
+func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
+	var problems []string
+	bad := func(format string, args ...any) {
+		if len(problems) < 100 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	type chunkInfo struct {
+		id blockstore.ID
+		c  manifest.Chunk
+	}
+	var chunks []chunkInfo
+	err := s.db.View(func(tx *manifest.Tx) error {
+		refs := map[blockstore.ID]uint32{}
+		names := map[uint64]int{}
+		orphans, err := tx.Orphans()
+		if err != nil {
+			return err
+		}
+		isOrphan := map[uint64]bool{}
+		for _, o := range orphans {
+			isOrphan[o] = true
+		}
+		err = tx.ForEachInode(func(n *manifest.Inode) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if n.IsDir() {
+				ents, err := tx.ReadDir(n.Ino)
+				if err != nil {
+					return err
+				}
+				for _, e := range ents {
+					names[e.Ino]++
+					if _, err := tx.Inode(e.Ino); err != nil {
+						bad("directory %d entry %q: inode %d: %v", n.Ino, e.Name, e.Ino, err)
+					}
+				}
+				return nil
+			}
+			m, err := tx.Manifest(n.Ino)
+			if err != nil {
+				bad("inode %d: %v", n.Ino, err)
+				return nil
+			}
+			if m.Size() != n.Size {
+				bad("inode %d: manifest covers %d bytes, size is %d", n.Ino, m.Size(), n.Size)
+			}
+			for _, id := range m.Chunks() {
+				refs[id]++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.ForEachInode(func(n *manifest.Inode) error {
+			want := 1
+			if n.Ino == manifest.RootIno || isOrphan[n.Ino] {
+				want = 0
+			}
+			if names[n.Ino] != want {
+				bad("inode %d has %d names, want %d", n.Ino, names[n.Ino], want)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		packs, err := tx.Packs()
+		if err != nil {
+			return err
+		}
+		err = tx.ForEachChunk(func(id blockstore.ID, c manifest.Chunk) error {
+			chunks = append(chunks, chunkInfo{id, c})
+			if c.Refs == 0 {
+				bad("chunk %s has refcount 0", id)
+			}
+			if got := refs[id]; got != c.Refs {
+				bad("chunk %s: refcount %d, listed by %d manifests", id, c.Refs, got)
+			}
+			delete(refs, id)
+			p, ok := packs[c.Loc.Pack]
+			if !ok || c.Loc.Off < 0 || c.Loc.Len <= 0 || c.Loc.End() > p.Committed {
+				bad("chunk %s at pack %d [%d,+%d) outside the committed %d bytes", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, p.Committed)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for id, n := range refs {
+			bad("chunk %s listed by %d manifests is not in the index", id, n)
+		}
+		onDisk, err := s.packs.Packs()
+		if err != nil {
+			return err
+		}
+		for pack, p := range packs {
+			if size, ok := onDisk[pack]; !ok && p.Committed > 0 {
+				bad("pack %s is missing", s.packs.Path(pack))
+			} else if ok && size != p.Committed {
+				bad("pack %s is %d bytes, committed length %d", s.packs.Path(pack), size, p.Committed)
+			}
+		}
+		for pack := range onDisk {
+			if _, ok := packs[pack]; !ok {
+				bad("pack %s is not in the index", s.packs.Path(pack))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check %s: %w", s.dir, err)
+	}
+	sort.Slice(chunks, func(i, j int) bool {
+		a, b := chunks[i].c.Loc, chunks[j].c.Loc
+		return a.Pack < b.Pack || a.Pack == b.Pack && a.Off < b.Off
+	})
+	var buf []byte
+	for i, ci := range chunks {
+		loc := ci.c.Loc
+		if i > 0 {
+			if prev := chunks[i-1].c.Loc; prev.Pack == loc.Pack && prev.End() > loc.Off {
+				bad("chunks %s and %s overlap in pack %d", chunks[i-1].id, ci.id, loc.Pack)
+			}
+		}
+		f, err := s.packs.File(loc.Pack)
+		if err != nil {
+			bad("chunk %s: %v", ci.id, err)
+			continue
+		}
+		if hole, err := nextHole(f, loc.Off); err == nil && hole < loc.End() {
+			bad("chunk %s at pack %d [%d,+%d) is punched at %d", ci.id, loc.Pack, loc.Off, loc.Len, hole)
+		}
+		if opts.Verify {
+			if int64(cap(buf)) < loc.Len {
+				buf = make([]byte, loc.Len)
+			}
+			if err := s.packs.ReadChunk(buf[:loc.Len], ci.id, loc, true); err != nil {
+				bad("%v", err)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check %s: %d problem(s):\n  %s", s.dir, len(problems), strings.Join(problems, "\n  "))
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+// Package store is kvfs's engine room: it ingests files into deduplicated
+// chunks, commits them under names, and serves them back, with no FUSE in
+// sight. The filesystem and the command line are thin layers over it.
+//
+// A store directory holds kvfs.db (the manifest index), packs/ (chunk
+// bytes) and spool/ (files being written through a mount). Only one process
+// opens a store at a time: bbolt's file lock enforces it.
+//
+// Ingest reads a source once. Snapshots (.mlxkv files that parse) are cut
+// row by row, reusing the chunks of their parent — the committed snapshot
+// of the same layout with the longest common token prefix — for as long as
+// the bytes match, then every C bytes; their holes are stored as zero runs.
+// Files in a "blocks" directory and all other files are cut every C bytes
+// from their start. New chunks are appended to a pack owned by the ingest
+// and synced once; then one transaction commits the manifest, the refcounts
+// and the name, checking again that every reused chunk still exists (a
+// chunk freed meanwhile is written again from the source).
+//
+// Chunks are released when the last committed manifest listing them goes:
+// on remove or replace, or on the last close of a file removed while open.
+// A released chunk leaves the index in that same transaction, and its range
+// is punched out of its pack after the commit.
+package store

@@ -1,0 +1,638 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// ErrBlobMismatch: a file named by a sha256 in a blocks directory does not
+// have that sha256.
+var ErrBlobMismatch = errors.New("content does not match the blob name")
+
+// PutOptions are the attributes of a file being committed.
+type PutOptions struct {
+	Mode  fs.FileMode // permissions; 0 means 0644
+	Mtime time.Time   // zero means now
+	// Progress, if set, is called with the bytes processed so far.
+	Progress func(done, total int64)
+}
+
+// PutStats says what an ingest stored.
+type PutStats struct {
+	Kind         string // "mlxkv", "blob" or "plain"
+	Note         string // why a .mlxkv was stored as plain
+	Chunks       int    // chunk extents in the manifest
+	NewChunks    int    // chunks appended to packs
+	NewBytes     int64  // bytes appended to packs
+	ReusedBytes  int64  // bytes of chunks already stored
+	ZeroBytes    int64  // bytes stored as zero runs
+	ParentReused int64  // bytes matched against the parent snapshot's chunks
+	Parent       uint64 // the parent snapshot's inode, 0 if none
+}
+
+// PutFile ingests the local file src as path.
+func (s *Store) PutFile(ctx context.Context, src, path string, opts PutOptions) (*FileInfo, *PutStats, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, &fs.PathError{Op: "put", Path: src, Err: errors.New("not a regular file")}
+	}
+	if opts.Mode == 0 {
+		opts.Mode = fi.Mode().Perm()
+	}
+	if opts.Mtime.IsZero() {
+		opts.Mtime = fi.ModTime()
+	}
+	return s.Put(ctx, f, fi.Size(), path, opts)
+}
+
+// chunkRef is one chunk of the source, in file order.
+type chunkRef struct {
+	off, n int64
+	id     blockstore.ID
+	zero   bool
+	parent bool // matched a parent chunk
+}
+
+// chunkState tracks a distinct chunk of an ingest.
+type chunkState struct {
+	off     int64 // where the source holds its bytes
+	written bool  // appended by this ingest
+	loc     blockstore.Loc
+}
+
+// batchBytes is how much of the source is read, hashed and appended at a
+// time. Two batches are in memory: one being read, one being processed.
+const batchBytes = 16 << 20
+
+// Put ingests size bytes of src as the file at path, creating missing
+// parent directories and replacing an existing file. It reads src once
+// (again only for chunks that a concurrent release freed before the
+// commit), and commits in one transaction.
+func (s *Store) Put(ctx context.Context, src io.ReaderAt, size int64, path string, opts PutOptions) (*FileInfo, *PutStats, error) {
+	comps, err := splitPath(path)
+	if err == nil && len(comps) == 0 {
+		err = manifest.ErrIsDir
+	}
+	if err != nil {
+		return nil, nil, pathErr("put", path, err)
+	}
+	in := &ingest{s: s, src: src, size: size, comps: comps, opts: opts, states: map[blockstore.ID]*chunkState{}}
+	fi, err := in.run(ctx)
+	in.finish(err)
+	if err != nil {
+		return nil, nil, pathErr("put", path, err)
+	}
+	return fi, &in.stats, nil
+}
+
+// ingest is the state of one Put.
+type ingest struct {
+	s       *Store
+	src     io.ReaderAt
+	size    int64
+	comps   []string
+	opts    PutOptions
+	plan    *plan
+	refs    []chunkRef
+	states  map[blockstore.ID]*chunkState
+	blob    hashWriter // sha256 of the whole content, for blob files
+	blobSum string     // its hex digest, once read
+	slots   []*packSlot
+	stats   PutStats
+}
+
+type hashWriter interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+// packSlot is a pack open for appending by one ingest at a time, with the
+// length that the index last committed for it.
+type packSlot struct {
+	app       *blockstore.Appender
+	committed int64
+}
+
+func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
+	s := in.s
+	in.plan = s.planFor(in.src, in.size, in.comps)
+	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
+	if in.plan.kind == kindBlob {
+		in.blob = sha256.New()
+	}
+	if err := in.chunkAll(ctx); err != nil {
+		return nil, err
+	}
+	if in.blob != nil {
+		in.blobSum = hex.EncodeToString(in.blob.Sum(nil))
+		if name := in.comps[len(in.comps)-1]; hex64.MatchString(name) && name != in.blobSum {
+			return nil, fmt.Errorf("%w: sha256 is %s", ErrBlobMismatch, in.blobSum)
+		}
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit()
+	}
+	for attempt := 0; ; attempt++ {
+		if err := in.sync(); err != nil {
+			return nil, err
+		}
+		fi, missing, err := in.commit()
+		if err == nil {
+			return fi, nil
+		}
+		if !errors.Is(err, errMissing) || attempt == 3 {
+			return nil, err
+		}
+		// Chunks reused from the index were released before the commit:
+		// write them again from the source.
+		if err := in.rewrite(ctx, missing); err != nil {
+			return nil, err
+		}
+	}
+}
+
+var errMissing = errors.New("reused chunks were released")
+
+// chunkAll reads the source batch by batch, cuts and hashes each batch on
+// all cores while the next one is read, and appends new chunks.
+func (in *ingest) chunkAll(ctx context.Context) error {
+	type batch struct {
+		regions []region
+		off     int64
+		buf     []byte
+		err     error
+	}
+	batches := make(chan *batch, 1)
+	free := make(chan []byte, 2)
+	free <- nil
+	free <- nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(batches)
+		regs := in.plan.regions
+		for len(regs) > 0 {
+			// A batch is whole regions, at least one, up to batchBytes;
+			// plain regions are split at C multiples to fit.
+			b := &batch{off: regs[0].off}
+			var n int64
+			for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes) {
+				r := regs[0]
+				if !r.row && !r.zero && n+r.n > batchBytes {
+					take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
+					if take < r.n {
+						b.regions = append(b.regions, region{off: r.off, n: take})
+						regs[0] = region{off: r.off + take, n: r.n - take}
+						n += take
+						break
+					}
+				}
+				b.regions = append(b.regions, r)
+				n += r.n
+				regs = regs[1:]
+			}
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-ctx.Done():
+				return
+			}
+			if int64(cap(buf)) < n {
+				buf = make([]byte, n)
+			}
+			b.buf = buf[:n]
+			if _, err := in.src.ReadAt(b.buf, b.off); err != nil && !(err == io.EOF && int64(len(b.buf)) == n) {
+				b.err = fmt.Errorf("read source at %d: %w", b.off, err)
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+			if b.err != nil {
+				return
+			}
+		}
+	}()
+	var done int64
+	for b := range batches {
+		if b.err != nil {
+			return b.err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := in.processBatch(b.regions, b.off, b.buf); err != nil {
+			return err
+		}
+		done += int64(len(b.buf))
+		if in.opts.Progress != nil {
+			in.opts.Progress(done, in.size)
+		}
+		free <- b.buf
+	}
+	return ctx.Err()
+}
+
+// processBatch cuts and hashes the regions of one batch in parallel, then
+// deduplicates and appends their chunks in file order.
+func (in *ingest) processBatch(regions []region, base int64, buf []byte) error {
+	if in.blob != nil {
+		in.blob.Write(buf)
+	}
+	// Split plain regions into chunk-sized work items so that a single
+	// large region still hashes on every core.
+	type item struct {
+		r    region
+		refs []chunkRef
+	}
+	var items []item
+	C := in.s.chunkSize
+	for _, r := range regions {
+		data := buf[r.off-base : r.off-base+r.n]
+		if r.zero {
+			if isZero(data) {
+				items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, zero: true}}})
+				continue
+			}
+			r.zero = false
+		}
+		if r.row {
+			items = append(items, item{r: r})
+			continue
+		}
+		for off := int64(0); off < r.n; off += C {
+			items = append(items, item{r: region{off: r.off + off, n: min(C, r.n-off)}})
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(items) {
+					return
+				}
+				it := &items[i]
+				if it.refs != nil {
+					continue
+				}
+				it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C)
+			}
+		}()
+	}
+	wg.Wait()
+
+	// Look every chunk not seen in this ingest up in the index at once.
+	var unknown []blockstore.ID
+	for _, it := range items {
+		for _, c := range it.refs {
+			if !c.zero {
+				if _, ok := in.states[c.id]; !ok {
+					unknown = append(unknown, c.id)
+				}
+			}
+		}
+	}
+	stored := map[blockstore.ID]bool{}
+	if len(unknown) > 0 {
+		in.s.db.View(func(tx *manifest.Tx) error {
+			for _, id := range unknown {
+				if _, err := tx.Chunk(id); err == nil {
+					stored[id] = true
+				}
+			}
+			return nil
+		})
+	}
+	for _, it := range items {
+		for _, c := range it.refs {
+			in.refs = append(in.refs, c)
+			switch {
+			case c.zero:
+				in.stats.ZeroBytes += c.n
+				continue
+			case c.parent:
+				in.stats.ParentReused += c.n
+			}
+			if _, ok := in.states[c.id]; ok || stored[c.id] {
+				if !ok {
+					in.states[c.id] = &chunkState{off: c.off}
+				}
+				in.stats.ReusedBytes += c.n
+				continue
+			}
+			loc, err := in.append(buf[c.off-base : c.off-base+c.n])
+			if err != nil {
+				return err
+			}
+			in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}
+			in.stats.NewChunks++
+			in.stats.NewBytes += c.n
+		}
+	}
+	return nil
+}
+
+// cutRegion cuts one region into chunks: first the parent's chunks for as
+// long as the bytes hash to them, then every C bytes.
+func cutRegion(r region, data []byte, C int64) []chunkRef {
+	var out []chunkRef
+	var pos int64
+	var pending *chunkRef // a hash computed for a parent chunk that did not match
+	for _, pc := range r.parent {
+		if pos+pc.n > r.n {
+			break
+		}
+		id := blockstore.Sum(data[pos : pos+pc.n])
+		if id != pc.id {
+			pending = &chunkRef{off: r.off + pos, n: pc.n, id: id}
+			break
+		}
+		out = append(out, chunkRef{off: r.off + pos, n: pc.n, id: id, parent: true})
+		pos += pc.n
+	}
+	for pos < r.n {
+		n := min(C, r.n-pos)
+		if pending != nil && pending.off == r.off+pos && pending.n == n {
+			out = append(out, *pending) // the same bytes: no second hash
+		} else {
+			out = append(out, chunkRef{off: r.off + pos, n: n, id: blockstore.Sum(data[pos : pos+n])})
+		}
+		pending = nil
+		pos += n
+	}
+	return out
+}
+
+var zeroPage [64 << 10]byte
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPage))
+		if !bytes.Equal(b[:n], zeroPage[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// append writes one new chunk to this ingest's current pack, moving to a
+// new pack when it is full.
+func (in *ingest) append(b []byte) (blockstore.Loc, error) {
+	if len(in.slots) == 0 || in.slots[len(in.slots)-1].app.Size()+int64(len(b)) > in.s.packBytes && in.slots[len(in.slots)-1].app.Size() > 0 {
+		slot, err := in.s.takePack(len(in.slots) > 0)
+		if err != nil {
+			return blockstore.Loc{}, err
+		}
+		in.slots = append(in.slots, slot)
+	}
+	return in.slots[len(in.slots)-1].app.Append(b)
+}
+
+// takePack returns an idle pack with room, or a new pack. fresh forces a
+// new pack (the current one is full).
+func (s *Store) takePack(fresh bool) (*packSlot, error) {
+	s.mu.Lock()
+	if !fresh {
+		for i, p := range s.idle {
+			if p.app.Size() < s.packBytes {
+				s.idle = append(s.idle[:i], s.idle[i+1:]...)
+				s.mu.Unlock()
+				return p, nil
+			}
+		}
+	}
+	s.mu.Unlock()
+	var pack uint32
+	var committed int64
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		var err error
+		pack, err = tx.NextPack()
+		if err != nil {
+			return err
+		}
+		p, err := tx.Pack(pack)
+		committed = p.Committed
+		if err != nil {
+			return err
+		}
+		return tx.PutPack(pack, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("allocate pack: %w", err)
+	}
+	app, err := s.packs.NewAppender(pack, committed)
+	if err != nil {
+		return nil, err
+	}
+	return &packSlot{app: app, committed: committed}, nil
+}
+
+// sync makes every appended chunk durable.
+func (in *ingest) sync() error {
+	for _, p := range in.slots {
+		if err := p.app.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewrite appends again the chunks that were released before the commit.
+func (in *ingest) rewrite(ctx context.Context, missing []blockstore.ID) error {
+	for _, id := range missing {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st := in.states[id]
+		var n int64
+		for _, c := range in.refs {
+			if c.id == id && !c.zero {
+				n = c.n
+				break
+			}
+		}
+		buf := make([]byte, n)
+		if _, err := in.src.ReadAt(buf, st.off); err != nil && !(err == io.EOF && int64(len(buf)) == n) {
+			return fmt.Errorf("read source at %d: %w", st.off, err)
+		}
+		if blockstore.Sum(buf) != id {
+			return fmt.Errorf("source changed during ingest (bytes at %d)", st.off)
+		}
+		loc, err := in.append(buf)
+		if err != nil {
+			return err
+		}
+		st.written, st.loc = true, loc
+		in.stats.NewChunks++
+		in.stats.NewBytes += n
+	}
+	return nil
+}
+
+// commit publishes the file in one transaction: chunk records and
+// refcounts, pack lengths, the inode, its manifest and its name.
+func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
+	s := in.s
+	m := make(manifest.Manifest, 0, len(in.refs))
+	for _, c := range in.refs {
+		m = append(m, manifest.Extent{Zero: c.zero, ID: c.id, Len: c.n})
+	}
+	in.stats.Chunks = len(m)
+	in.stats.Parent = in.plan.parentIno
+	mode := in.opts.Mode.Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	mtime := in.opts.Mtime
+	if mtime.IsZero() {
+		mtime = time.Now()
+	}
+	var fi *FileInfo
+	var missing []blockstore.ID
+	var freed []blockstore.Loc
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		missing = missing[:0]
+		dead := map[uint32]int64{}
+		for _, id := range m.Chunks() {
+			st := in.states[id]
+			c, err := tx.Chunk(id)
+			switch {
+			case err == nil:
+				c.Refs++
+				if st.written {
+					dead[st.loc.Pack] += st.loc.Len // a concurrent ingest stored it first
+				}
+			case !errors.Is(err, manifest.ErrNotFound):
+				return err
+			case st.written:
+				c = manifest.Chunk{Loc: st.loc, Refs: 1}
+			default:
+				missing = append(missing, id)
+				continue
+			}
+			if err := tx.PutChunk(id, c); err != nil {
+				return err
+			}
+		}
+		if len(missing) > 0 {
+			return errMissing
+		}
+		for _, p := range in.slots {
+			st, err := tx.Pack(p.app.Pack())
+			if err != nil {
+				return err
+			}
+			st.Committed = p.app.Size()
+			st.Dead += dead[p.app.Pack()]
+			if err := tx.PutPack(p.app.Pack(), st); err != nil {
+				return err
+			}
+		}
+		parent, err := parentOf(tx, in.comps, true)
+		if err != nil {
+			return err
+		}
+		name := in.comps[len(in.comps)-1]
+		if old, err := tx.Lookup(parent, name); err == nil {
+			on, err := tx.Inode(old)
+			if err != nil {
+				return err
+			}
+			if on.IsDir() {
+				return manifest.ErrIsDir
+			}
+			if freed, err = s.dropInode(tx, on); err != nil {
+				return err
+			}
+		}
+		ino, err := tx.NextIno()
+		if err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		n := &manifest.Inode{Ino: ino, Mode: mode, Size: m.Size(), Mtime: mtime.UnixNano(), Ctime: now,
+			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout}
+		n.Blob = in.blobSum
+		if err := tx.PutInode(n); err != nil {
+			return err
+		}
+		if err := tx.PutManifest(ino, m); err != nil {
+			return err
+		}
+		if err := tx.Link(parent, name, ino); err != nil {
+			return err
+		}
+		if n.Layout != "" {
+			if err := tx.AddSnapshot(n.Layout, ino, in.plan.tokens); err != nil {
+				return err
+			}
+		}
+		if n.Blob != "" {
+			if err := tx.AddBlob(n.Blob, ino); err != nil {
+				return err
+			}
+		}
+		fi = info(path.Join(in.comps...), name, n)
+		return nil
+	})
+	if err != nil {
+		return nil, missing, err
+	}
+	for _, p := range in.slots {
+		p.committed = p.app.Size()
+	}
+	s.punch(freed)
+	return fi, nil, nil
+}
+
+// finish returns the ingest's packs to the idle pool: committed, or rolled
+// back to their last committed length after a failure.
+func (in *ingest) finish(err error) {
+	s := in.s
+	for _, p := range in.slots {
+		if err != nil && p.app.Size() != p.committed {
+			if rerr := p.app.Rollback(p.committed); rerr != nil {
+				s.log.Warn("roll back pack", "err", rerr)
+				p.app.Close()
+				continue
+			}
+		}
+		if p.app.Size() >= s.packBytes {
+			p.app.Close()
+			continue
+		}
+		s.mu.Lock()
+		s.idle = append(s.idle, p)
+		s.mu.Unlock()
+	}
+	in.slots = nil
+}

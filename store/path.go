@@ -1,0 +1,382 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// Paths name entries relative to the store's root, with "/" separators;
+// a leading "/" is allowed, "." and ".." components are not (a store path
+// never escapes the root, and means one thing).
+
+// splitPath returns the components of p; the root has none.
+func splitPath(p string) ([]string, error) {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "":
+			continue
+		case ".", "..":
+			return nil, fmt.Errorf("%q: %w: '.' and '..' are not allowed in store paths", p, fs.ErrInvalid)
+		}
+		if len(c) > 255 {
+			return nil, fmt.Errorf("%q: %w: name longer than 255 bytes", p, fs.ErrInvalid)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// walk resolves components to an inode number, failing with
+// fs.ErrNotExist or manifest.ErrNotDir.
+func walk(tx *manifest.Tx, comps []string) (uint64, error) {
+	ino := manifest.RootIno
+	for i, c := range comps {
+		if i > 0 {
+			n, err := tx.Inode(ino)
+			if err != nil {
+				return 0, err
+			}
+			if !n.IsDir() {
+				return 0, manifest.ErrNotDir
+			}
+		}
+		next, err := tx.Lookup(ino, c)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return 0, fs.ErrNotExist
+		}
+		if err != nil {
+			return 0, err
+		}
+		ino = next
+	}
+	return ino, nil
+}
+
+// parentOf resolves the directory that holds the last component of comps,
+// creating missing directories when mkdirs is set.
+func parentOf(tx *manifest.Tx, comps []string, mkdirs bool) (uint64, error) {
+	ino := manifest.RootIno
+	for _, c := range comps[:len(comps)-1] {
+		next, err := tx.Lookup(ino, c)
+		if errors.Is(err, manifest.ErrNotFound) && mkdirs {
+			n, err := mkdir(tx, ino, c, 0o755)
+			if err != nil {
+				return 0, err
+			}
+			ino = n.Ino
+			continue
+		}
+		if errors.Is(err, manifest.ErrNotFound) {
+			return 0, fs.ErrNotExist
+		}
+		if err != nil {
+			return 0, err
+		}
+		n, err := tx.Inode(next)
+		if err != nil {
+			return 0, err
+		}
+		if !n.IsDir() {
+			return 0, manifest.ErrNotDir
+		}
+		ino = next
+	}
+	return ino, nil
+}
+
+func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*manifest.Inode, error) {
+	ino, err := tx.NextIno()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixNano()
+	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | perm.Perm(), Mtime: now, Ctime: now, Parent: parent}
+	if err := tx.PutInode(n); err != nil {
+		return nil, err
+	}
+	return n, tx.Link(parent, name, ino)
+}
+
+// FileInfo describes a committed file or a directory.
+type FileInfo struct {
+	Path  string
+	Name  string
+	Ino   uint64
+	Mode  fs.FileMode
+	Size  int64
+	Mtime time.Time
+	// Kind is how a file's content was chunked ("mlxkv", "blob",
+	// "plain"); ManifestID names its committed content.
+	Kind       string
+	ManifestID string
+}
+
+// IsDir reports whether the entry is a directory.
+func (fi *FileInfo) IsDir() bool { return fi.Mode.IsDir() }
+
+func info(path, name string, n *manifest.Inode) *FileInfo {
+	return &FileInfo{Path: path, Name: name, Ino: n.Ino, Mode: n.Mode, Size: n.Size,
+		Mtime: time.Unix(0, n.Mtime), Kind: n.Kind, ManifestID: n.ManifestID}
+}
+
+func pathErr(op, path string, err error) error {
+	switch {
+	case errors.Is(err, manifest.ErrNotDir):
+		err = fmt.Errorf("%w (a path component is a file)", err)
+	}
+	return &fs.PathError{Op: op, Path: path, Err: err}
+}
+
+// Stat describes the entry at path.
+func (s *Store) Stat(path string) (*FileInfo, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, pathErr("stat", path, err)
+	}
+	var fi *FileInfo
+	err = s.db.View(func(tx *manifest.Tx) error {
+		ino, err := walk(tx, comps)
+		if err != nil {
+			return err
+		}
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		name := "/"
+		if len(comps) > 0 {
+			name = comps[len(comps)-1]
+		}
+		fi = info(path, name, n)
+		return nil
+	})
+	if err != nil {
+		return nil, pathErr("stat", path, err)
+	}
+	return fi, nil
+}
+
+// List returns the entries of the directory at path, in name order.
+func (s *Store) List(path string) ([]*FileInfo, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, pathErr("list", path, err)
+	}
+	var out []*FileInfo
+	err = s.db.View(func(tx *manifest.Tx) error {
+		ino, err := walk(tx, comps)
+		if err != nil {
+			return err
+		}
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		if !n.IsDir() {
+			return manifest.ErrNotDir
+		}
+		ents, err := tx.ReadDir(ino)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			c, err := tx.Inode(e.Ino)
+			if err != nil {
+				return err
+			}
+			out = append(out, info(strings.TrimSuffix(path, "/")+"/"+e.Name, e.Name, c))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, pathErr("list", path, err)
+	}
+	return out, nil
+}
+
+// Mkdir creates a directory, and its missing parents when parents is set.
+func (s *Store) Mkdir(path string, perm fs.FileMode, parents bool) error {
+	comps, err := splitPath(path)
+	if err == nil && len(comps) == 0 {
+		err = fs.ErrExist
+	}
+	if err != nil {
+		return pathErr("mkdir", path, err)
+	}
+	err = s.db.Update(func(tx *manifest.Tx) error {
+		parent, err := parentOf(tx, comps, parents)
+		if err != nil {
+			return err
+		}
+		name := comps[len(comps)-1]
+		if ino, err := tx.Lookup(parent, name); err == nil {
+			if n, err := tx.Inode(ino); err == nil && n.IsDir() && parents {
+				return nil
+			}
+			return fs.ErrExist
+		}
+		_, err = mkdir(tx, parent, name, perm)
+		return err
+	})
+	if err != nil {
+		return pathErr("mkdir", path, err)
+	}
+	return nil
+}
+
+// Remove removes a file, or an empty directory. A file that is open keeps
+// its content until its last handle closes.
+func (s *Store) Remove(path string) error {
+	comps, err := splitPath(path)
+	if err == nil && len(comps) == 0 {
+		err = fmt.Errorf("%w: cannot remove the root", fs.ErrInvalid)
+	}
+	if err != nil {
+		return pathErr("remove", path, err)
+	}
+	var freed []blockstore.Loc
+	err = s.db.Update(func(tx *manifest.Tx) error {
+		parent, err := parentOf(tx, comps, false)
+		if err != nil {
+			return err
+		}
+		name := comps[len(comps)-1]
+		ino, err := tx.Lookup(parent, name)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		if n.IsDir() && !tx.Empty(ino) {
+			return manifest.ErrNotEmpty
+		}
+		if err := tx.Unlink(parent, name); err != nil {
+			return err
+		}
+		freed, err = s.dropInode(tx, n)
+		return err
+	})
+	if err != nil {
+		return pathErr("remove", path, err)
+	}
+	s.punch(freed)
+	return nil
+}
+
+// dropInode handles an inode that lost its only name: released now, or
+// kept as an orphan while it is open.
+func (s *Store) dropInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
+	s.mu.Lock()
+	open := s.open[n.Ino] > 0
+	s.mu.Unlock()
+	if open {
+		if err := tx.Unindex(n); err != nil {
+			return nil, err
+		}
+		return nil, tx.AddOrphan(n.Ino)
+	}
+	return releaseInode(tx, n)
+}
+
+// Rename moves oldpath to newpath atomically, replacing a file (or an empty
+// directory, when moving a directory) at newpath. The replaced file's
+// chunks are released when its last open handle closes.
+func (s *Store) Rename(oldpath, newpath string) error {
+	oc, err := splitPath(oldpath)
+	if err != nil {
+		return pathErr("rename", oldpath, err)
+	}
+	nc, err := splitPath(newpath)
+	if err != nil {
+		return pathErr("rename", newpath, err)
+	}
+	if len(oc) == 0 || len(nc) == 0 {
+		return pathErr("rename", oldpath, fmt.Errorf("%w: cannot rename the root", fs.ErrInvalid))
+	}
+	var freed []blockstore.Loc
+	errPath := oldpath
+	err = s.db.Update(func(tx *manifest.Tx) error {
+		op, err := parentOf(tx, oc, false)
+		if err != nil {
+			return err
+		}
+		ino, err := tx.Lookup(op, oc[len(oc)-1])
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		src, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		errPath = newpath
+		np, err := parentOf(tx, nc, false)
+		if err != nil {
+			return err
+		}
+		if src.IsDir() {
+			// A directory cannot move into its own subtree.
+			for d := np; d != manifest.RootIno; {
+				if d == ino {
+					return fmt.Errorf("%w: cannot move a directory into itself", fs.ErrInvalid)
+				}
+				dn, err := tx.Inode(d)
+				if err != nil {
+					return err
+				}
+				d = dn.Parent
+			}
+		}
+		name := nc[len(nc)-1]
+		if old, err := tx.Lookup(np, name); err == nil {
+			if old == ino {
+				return nil
+			}
+			dst, err := tx.Inode(old)
+			if err != nil {
+				return err
+			}
+			switch {
+			case dst.IsDir() && !src.IsDir():
+				return manifest.ErrIsDir
+			case !dst.IsDir() && src.IsDir():
+				return manifest.ErrNotDir
+			case dst.IsDir() && !tx.Empty(old):
+				return manifest.ErrNotEmpty
+			}
+			if freed, err = s.dropInode(tx, dst); err != nil {
+				return err
+			}
+		}
+		if err := tx.Unlink(op, oc[len(oc)-1]); err != nil {
+			return err
+		}
+		if err := tx.Link(np, name, ino); err != nil {
+			return err
+		}
+		if src.IsDir() && src.Parent != np {
+			src.Parent = np
+			return tx.PutInode(src)
+		}
+		return nil
+	})
+	if err != nil {
+		return pathErr("rename", errPath, err)
+	}
+	s.punch(freed)
+	return nil
+}

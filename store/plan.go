@@ -1,0 +1,256 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"io"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+	"github.com/kvfs/kvfs/mlx"
+)
+
+// A region is a run of the source that is chunked as one unit.
+type region struct {
+	off, n int64
+	// zero marks the holes of a whole-layout snapshot: stored as a zero
+	// run if the bytes are zero, cut every C bytes otherwise.
+	zero bool
+	// row marks one tensor row: cut at its start and every C bytes, after
+	// reusing parent's chunks for as long as they match.
+	row    bool
+	parent []parentChunk
+}
+
+// parentChunk is one chunk of a parent snapshot's row.
+type parentChunk struct {
+	id blockstore.ID
+	n  int64
+}
+
+// Kinds of content, recorded in manifest.Inode.Kind.
+const (
+	kindMLXKV = "mlxkv"
+	kindBlob  = "blob"
+	kindPlain = "plain"
+)
+
+// plan is how a source is chunked.
+type plan struct {
+	kind    string
+	note    string // why a .mlxkv is stored as plain
+	regions []region
+	// layout and tokens index a snapshot for later parent lookups.
+	layout string
+	tokens []uint32
+	// parentIno is the snapshot whose rows were reused, 0 if none.
+	parentIno uint64
+}
+
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// isBlobPath reports whether comps name a file in a directory named blocks.
+func inBlocksDir(comps []string) bool {
+	return len(comps) >= 2 && comps[len(comps)-2] == "blocks"
+}
+
+// cutEvery covers [off, off+n) with plain regions; processing cuts them
+// every C bytes from off.
+func cutEvery(off, n int64) []region {
+	if n <= 0 {
+		return nil
+	}
+	return []region{{off: off, n: n}}
+}
+
+// planFor decides how to chunk src. A .mlxkv that fails to parse is stored
+// as a plain file, with the reason noted and logged: ingest never fails
+// because of what a file contains.
+func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
+	name := comps[len(comps)-1]
+	p := &plan{kind: kindPlain}
+	switch {
+	case inBlocksDir(comps):
+		p.kind = kindBlob
+	case strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
+		snap, err := mlx.Parse(src, size, path.Join(comps...))
+		if err != nil {
+			p.note = err.Error()
+			s.log.Info("storing snapshot as a plain file", "path", path.Join(comps...), "reason", err)
+			break
+		}
+		p.kind = kindMLXKV
+		p.tokens = snap.Header.Tokens
+		p.layout = layoutKey(snap)
+		if !snap.Blocks() {
+			parent := s.findParent(snap, p.layout)
+			if parent != nil {
+				p.parentIno = parent.ino
+			}
+			p.regions = snapshotRegions(snap, parent)
+			return p
+		}
+	}
+	p.regions = cutEvery(0, size)
+	return p
+}
+
+// layoutKey identifies snapshots whose rows correspond: same model,
+// fingerprint, namespace, layout, and per tensor the same dtype, rank, row
+// count and row width. Only the token count may differ.
+func layoutKey(s *mlx.Snapshot) string {
+	h := sha256.New()
+	w := func(str string) { h.Write(binary.AppendUvarint(nil, uint64(len(str)))); h.Write([]byte(str)) }
+	n := func(v int64) { h.Write(binary.AppendVarint(nil, v)) }
+	w(s.Header.ModelID)
+	w(s.Header.ConfigFingerprint)
+	w(s.Header.TokenizerHash)
+	w(s.Header.NS)
+	n(int64(s.Header.FormatVersion / 5)) // whole or blocks
+	for _, e := range s.Header.Caches {
+		w(string(e.Kind))
+	}
+	for _, t := range s.Header.Slots() {
+		n(int64(t.DType))
+		n(int64(len(t.Shape)))
+		if k := len(t.Shape); k >= 2 {
+			for _, d := range t.Shape[:k-2] {
+				n(d)
+			}
+			n(t.Shape[k-1])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// slotRows describes the rows of one tensor in a whole-layout file.
+type slotRows struct {
+	off      int64 // absolute file offset of the tensor
+	rows     int64
+	rowBytes int64
+}
+
+func rowsOf(s *mlx.Snapshot) []slotRows {
+	var out []slotRows
+	for _, t := range s.Header.Slots() {
+		r := slotRows{off: s.DataStart() + t.Off}
+		if t.Bytes > 0 {
+			r.rowBytes = mlx.RowElements(t.Shape) * int64(t.DType.Size())
+			r.rows = t.Bytes / r.rowBytes
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// snapshotRegions tiles a whole-layout snapshot: the header, the zero
+// padding and gaps, and every tensor row, with parent chunks where a parent
+// exists.
+func snapshotRegions(snap *mlx.Snapshot, parent *parentSnap) []region {
+	slots := rowsOf(snap)
+	var out []region
+	headerEnd := int64(mlx.PrefixLen) + int64(snap.Prefix.HeaderLen)
+	out = append(out, cutEvery(0, headerEnd)...)
+	cursor := headerEnd
+	order := make([]int, len(slots))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return slots[order[a]].off < slots[order[b]].off })
+	for _, i := range order {
+		sl := slots[i]
+		if sl.rows == 0 {
+			continue
+		}
+		if sl.off > cursor {
+			out = append(out, region{off: cursor, n: sl.off - cursor, zero: true})
+		}
+		for r := int64(0); r < sl.rows; r++ {
+			reg := region{off: sl.off + r*sl.rowBytes, n: sl.rowBytes, row: true}
+			if parent != nil {
+				reg.parent = parent.row(i, r)
+			}
+			out = append(out, reg)
+		}
+		cursor = sl.off + sl.rows*sl.rowBytes
+	}
+	if snap.Size > cursor {
+		out = append(out, region{off: cursor, n: snap.Size - cursor, zero: true})
+	}
+	return out
+}
+
+// parentSnap is a committed snapshot whose rows a new one may reuse.
+type parentSnap struct {
+	ino    uint64
+	slots  []slotRows
+	starts []int64 // file offset of each extent
+	m      manifest.Manifest
+}
+
+// row returns the parent's chunks of row r of tensor i, from the row's
+// start: empty if the parent has no such row or did not cut it at its
+// start.
+func (p *parentSnap) row(i int, r int64) []parentChunk {
+	if i >= len(p.slots) || r >= p.slots[i].rows {
+		return nil
+	}
+	start := p.slots[i].off + r*p.slots[i].rowBytes
+	end := start + p.slots[i].rowBytes
+	k := sort.Search(len(p.starts), func(k int) bool { return p.starts[k] >= start })
+	var out []parentChunk
+	for ; k < len(p.m) && p.starts[k] == start && start < end; k++ {
+		e := p.m[k]
+		if e.Zero || start+e.Len > end {
+			break
+		}
+		out = append(out, parentChunk{id: e.ID, n: e.Len})
+		start += e.Len
+	}
+	return out
+}
+
+// findParent returns the committed snapshot of the same layout with the
+// longest common token prefix, or nil.
+func (s *Store) findParent(snap *mlx.Snapshot, key string) *parentSnap {
+	tokens := snap.Header.Tokens
+	var best uint64
+	bestLen := 0
+	s.db.View(func(tx *manifest.Tx) error {
+		return tx.Snapshots(key, func(ino uint64, tb []byte) error {
+			n := min(len(tb)/4, len(tokens))
+			l := 0
+			for l < n && binary.LittleEndian.Uint32(tb[4*l:]) == tokens[l] {
+				l++
+			}
+			if l > bestLen {
+				best, bestLen = ino, l
+			}
+			return nil
+		})
+	})
+	if best == 0 {
+		return nil
+	}
+	f, err := s.openIno(best)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	ps, err := mlx.Parse(f, f.Size(), "parent")
+	if err != nil || layoutKey(ps) != key {
+		return nil
+	}
+	p := &parentSnap{ino: best, slots: rowsOf(ps), m: f.m}
+	var off int64
+	for _, e := range f.m {
+		p.starts = append(p.starts, off)
+		off += e.Len
+	}
+	return p
+}

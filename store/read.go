@@ -1,0 +1,195 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"sync"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// File is an open committed file. Its content is pinned: while it is open
+// its chunks stay, even if its name is removed or replaced. It implements
+// io.ReaderAt with the interface's full contract: concurrent calls are
+// safe, and n < len(p) only with an error (io.EOF at the end).
+type File struct {
+	s    *Store
+	ino  uint64
+	path string
+	size int64
+	m    manifest.Manifest
+	// exts maps file offsets to chunk locations, resolved once at open.
+	exts []extent
+
+	closeOnce sync.Once
+}
+
+type extent struct {
+	off  int64 // file offset
+	n    int64
+	zero bool
+	id   blockstore.ID
+	loc  blockstore.Loc
+}
+
+// Open opens the committed file at path for reading.
+func (s *Store) Open(path string) (*File, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	var ino uint64
+	err = s.db.View(func(tx *manifest.Tx) error {
+		ino, err = walk(tx, comps)
+		return err
+	})
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	f, err := s.openIno(ino)
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	f.path = path
+	return f, nil
+}
+
+// openIno pins an inode and resolves its manifest. The pin is taken inside
+// the transaction that reads the manifest, so a concurrent remove either
+// sees it (and keeps the chunks) or has already happened (and the open
+// fails).
+func (s *Store) openIno(ino uint64) (*File, error) {
+	f := &File{s: s, ino: ino, path: fmt.Sprintf("inode %d", ino)}
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		if n.IsDir() {
+			return manifest.ErrIsDir
+		}
+		m, err := tx.Manifest(ino)
+		if err != nil {
+			return err
+		}
+		var off int64
+		f.exts = make([]extent, 0, len(m))
+		for _, e := range m {
+			x := extent{off: off, n: e.Len, zero: e.Zero, id: e.ID}
+			if !e.Zero {
+				c, err := tx.Chunk(e.ID)
+				if err != nil {
+					return fmt.Errorf("chunk %s of inode %d: %w", e.ID, ino, err)
+				}
+				x.loc = c.Loc
+			}
+			f.exts = append(f.exts, x)
+			off += e.Len
+		}
+		f.m, f.size = m, off
+		s.mu.Lock()
+		s.open[ino]++
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Size is the file's length.
+func (f *File) Size() int64 { return f.size }
+
+// Ino is the file's inode number.
+func (f *File) Ino() uint64 { return f.ino }
+
+// ReadAt reads len(p) bytes at off.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s: negative offset", f.path)
+	}
+	if off >= f.size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	want := len(p)
+	if int64(want) > f.size-off {
+		p = p[:f.size-off]
+	}
+	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
+	n := 0
+	for n < len(p) {
+		e := &f.exts[i]
+		in := off + int64(n) - e.off
+		k := int(min(int64(len(p)-n), e.n-in))
+		if e.zero {
+			clear(p[n : n+k])
+		} else if err := f.readChunk(p[n:n+k], e, in); err != nil {
+			return n, err
+		}
+		n += k
+		i++
+	}
+	if n < want {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readChunk reads part of one chunk, verifying the whole chunk first when
+// the store verifies.
+func (f *File) readChunk(p []byte, e *extent, in int64) error {
+	if !f.s.verify {
+		if _, err := f.s.packs.ReadAt(p, e.loc, in); err != nil {
+			return fmt.Errorf("read %s at %d: %w", f.path, e.off+in, err)
+		}
+		return nil
+	}
+	buf := make([]byte, e.loc.Len)
+	if err := f.s.packs.ReadChunk(buf, e.id, e.loc, true); err != nil {
+		f.s.log.Error("corrupt chunk", "file", f.path, "offset", e.off, "chunk", e.id.String(), "err", err)
+		return fmt.Errorf("read %s at file offset %d: %w", f.path, e.off, err)
+	}
+	copy(p, buf[in:])
+	return nil
+}
+
+// Close unpins the file; if it was removed while open and this was its
+// last handle, its chunks are released.
+func (f *File) Close() error {
+	var err error
+	f.closeOnce.Do(func() { err = f.s.unpin(f.ino) })
+	return err
+}
+
+func (s *Store) unpin(ino uint64) error {
+	s.mu.Lock()
+	s.open[ino]--
+	last := s.open[ino] == 0
+	if last {
+		delete(s.open, ino)
+	}
+	s.mu.Unlock()
+	if !last {
+		return nil
+	}
+	var orphan bool
+	s.db.View(func(tx *manifest.Tx) error {
+		orphan = tx.IsOrphan(ino)
+		return nil
+	})
+	if orphan {
+		return s.releaseOrphan(ino)
+	}
+	return nil
+}

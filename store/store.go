@@ -1,0 +1,260 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// DefaultChunkSize is the chunk size C of a new store: with a head dimension
+// of 128 in bf16, 256 tokens of one head.
+const DefaultChunkSize = 64 << 10
+
+// Options configure an open store.
+type Options struct {
+	// Logger receives recovery notes, files stored as plain and
+	// corruption reports. Nil discards.
+	Logger *slog.Logger
+	// Verify checks every chunk read against its sha256.
+	Verify bool
+	// PackBytes is the size at which ingests move to a new pack; 0 means
+	// blockstore.DefaultPackBytes.
+	PackBytes int64
+	// LockTimeout bounds the wait for another process's lock on the
+	// store; 0 means one second.
+	LockTimeout time.Duration
+}
+
+// Store is an open store. Its methods are safe for concurrent use.
+type Store struct {
+	dir       string
+	db        *manifest.DB
+	packs     *blockstore.Dir
+	chunkSize int64
+	log       *slog.Logger
+	verify    bool
+	packBytes int64
+
+	// beforeCommit, if set (by tests), runs between chunking and commit.
+	beforeCommit func()
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	mu sync.Mutex // guards open and idle
+	// open counts the open handles of each inode: an inode with handles
+	// keeps its chunks when its last name goes (it becomes an orphan).
+	open map[uint64]int
+	// idle holds appenders of packs not in use by an ingest, to be reused
+	// by the next one so that packs fill up.
+	idle []*packSlot
+}
+
+// Init creates a store in dir (which may exist but must not hold a store)
+// with chunk size chunkSize.
+func Init(dir string, chunkSize int64) error {
+	if chunkSize < 4096 || chunkSize > 64<<20 {
+		return fmt.Errorf("init %s: chunk size %d outside [4 KiB, 64 MiB]", dir, chunkSize)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("init %s: %w", dir, err)
+	}
+	dbPath := filepath.Join(dir, "kvfs.db")
+	if _, err := os.Stat(dbPath); err == nil {
+		return fmt.Errorf("init %s: %w", dir, fs.ErrExist)
+	}
+	for _, sub := range []string{"packs", "spool"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return fmt.Errorf("init %s: %w", dir, err)
+		}
+	}
+	db, err := manifest.Open(dbPath, true, manifest.Params{ChunkSize: chunkSize}, time.Second)
+	if err != nil {
+		return fmt.Errorf("init %s: %w", dir, err)
+	}
+	return db.Close()
+}
+
+// Open opens the store in dir and recovers from any crash: pack bytes past
+// their committed length are cut, orphans left by a crash are released and
+// the spool is emptied.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.PackBytes <= 0 {
+		opts.PackBytes = blockstore.DefaultPackBytes
+	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
+	db, err := manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("open store %s: no store here (run kvfs init): %w", dir, err)
+		}
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	packs, err := blockstore.Open(filepath.Join(dir, "packs"))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{dir: dir, db: db, packs: packs, log: opts.Logger, verify: opts.Verify,
+		packBytes: opts.PackBytes, open: map[uint64]int{}}
+	db.View(func(tx *manifest.Tx) error {
+		s.chunkSize = tx.Params().ChunkSize
+		return nil
+	})
+	if err := s.recover(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)
+	}
+	return s, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// ChunkSize is the store's chunk size C.
+func (s *Store) ChunkSize() int64 { return s.chunkSize }
+
+// Closed reports whether Close was called.
+func (s *Store) Closed() bool { return s.closed.Load() }
+
+// Close closes the store. Open files must be closed first. Closing twice
+// is allowed.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() { err = s.close() })
+	return err
+}
+
+func (s *Store) close() error {
+	s.closed.Store(true)
+	s.mu.Lock()
+	for _, p := range s.idle {
+		p.app.Close()
+	}
+	s.idle = nil
+	s.mu.Unlock()
+	err := s.packs.Close()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Store) recover() error {
+	onDisk, err := s.packs.Packs()
+	if err != nil {
+		return err
+	}
+	var states map[uint32]manifest.Pack
+	var orphans []uint64
+	if err := s.db.View(func(tx *manifest.Tx) error {
+		states, err = tx.Packs()
+		if err != nil {
+			return err
+		}
+		orphans, err = tx.Orphans()
+		return err
+	}); err != nil {
+		return err
+	}
+	for pack, size := range onDisk {
+		committed := states[pack].Committed
+		if size > committed {
+			s.log.Info("recover: cutting uncommitted pack tail", "pack", s.packs.Path(pack), "size", size, "committed", committed)
+			if err := s.packs.Truncate(pack, committed); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ino := range orphans {
+		s.log.Info("recover: releasing orphaned inode", "ino", ino)
+		if err := s.releaseOrphan(ino); err != nil {
+			return err
+		}
+	}
+	spool := filepath.Join(s.dir, "spool")
+	entries, err := os.ReadDir(spool)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(spool, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(spool, 0o700)
+}
+
+// releaseOrphan drops an orphaned inode and releases its chunks.
+func (s *Store) releaseOrphan(ino uint64) error {
+	var freed []blockstore.Loc
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		s.mu.Lock()
+		open := s.open[ino] > 0
+		s.mu.Unlock()
+		if open {
+			return nil // reopened meanwhile; its last close releases it
+		}
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		freed, err = releaseInode(tx, n)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release orphan %d: %w", ino, err)
+	}
+	s.punch(freed)
+	return nil
+}
+
+// releaseInode deletes an inode and releases its manifest's chunks, in tx.
+func releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
+	var freed []blockstore.Loc
+	if !n.IsDir() {
+		m, err := tx.Manifest(n.Ino)
+		if err != nil && !errors.Is(err, manifest.ErrNotFound) {
+			return nil, err
+		}
+		if freed, err = tx.Release(m.Chunks()); err != nil {
+			return nil, err
+		}
+	}
+	return freed, tx.DeleteInode(n)
+}
+
+// punch frees the space of released chunks. It runs after their release
+// has committed; a failure only leaves dead bytes, which are logged.
+func (s *Store) punch(freed []blockstore.Loc) {
+	byPack := map[uint32][]blockstore.Loc{}
+	for _, l := range freed {
+		byPack[l.Pack] = append(byPack[l.Pack], l)
+	}
+	for pack, locs := range byPack {
+		if err := s.packs.Punch(pack, locs); err != nil {
+			s.log.Warn("punch released chunks", "err", err)
+		}
+	}
+}
+
+// ctxErr reports a cancelled context.
+func ctxErr(ctx context.Context) error { return ctx.Err() }
