@@ -417,11 +417,15 @@ func (in *ingest) append(b []byte) (blockstore.Loc, error) {
 	return in.slots[len(in.slots)-1].app.Append(b)
 }
 
-// takePack returns an idle pack with room, or a new pack. fresh forces a
-// new pack (the current one is full).
+// takePack returns an idle pack with room: one in the pool, or one of the
+// index's packs that no appender holds (after a restart); otherwise a new
+// pack. fresh forces a new pack (the current one is full).
+//
+// Lock order: a bbolt write transaction, then s.mu (as in dropInode); so
+// s.mu is never held while waiting for a transaction.
 func (s *Store) takePack(fresh bool) (*packSlot, error) {
-	s.mu.Lock()
 	if !fresh {
+		s.mu.Lock()
 		for i, p := range s.idle {
 			if p.app.Size() < s.packBytes {
 				s.idle = append(s.idle[:i], s.idle[i+1:]...)
@@ -429,31 +433,52 @@ func (s *Store) takePack(fresh bool) (*packSlot, error) {
 				return p, nil
 			}
 		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	var pack uint32
 	var committed int64
 	err := s.db.Update(func(tx *manifest.Tx) error {
+		pack, committed = 0, 0
+		if !fresh {
+			packs, err := tx.Packs()
+			if err != nil {
+				return err
+			}
+			s.mu.Lock()
+			for n, p := range packs {
+				if !s.held[n] && p.Committed < s.packBytes && (pack == 0 || n > pack) {
+					pack, committed = n, p.Committed
+				}
+			}
+			if pack != 0 {
+				s.held[pack] = true
+			}
+			s.mu.Unlock()
+			if pack != 0 {
+				return nil
+			}
+		}
 		var err error
-		pack, err = tx.NextPack()
-		if err != nil {
+		if pack, err = tx.NextPack(); err != nil {
 			return err
 		}
-		p, err := tx.Pack(pack)
-		committed = p.Committed
-		if err != nil {
-			return err
-		}
-		return tx.PutPack(pack, p)
+		s.mu.Lock()
+		s.held[pack] = true
+		s.mu.Unlock()
+		return tx.PutPack(pack, manifest.Pack{})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("allocate pack: %w", err)
+	if err == nil {
+		var app *blockstore.Appender
+		if app, err = s.packs.NewAppender(pack, committed); err == nil {
+			return &packSlot{app: app, committed: committed}, nil
+		}
 	}
-	app, err := s.packs.NewAppender(pack, committed)
-	if err != nil {
-		return nil, err
+	if pack != 0 {
+		s.mu.Lock()
+		delete(s.held, pack)
+		s.mu.Unlock()
 	}
-	return &packSlot{app: app, committed: committed}, nil
+	return nil, fmt.Errorf("allocate pack: %w", err)
 }
 
 // sync makes every appended chunk durable.
@@ -622,12 +647,12 @@ func (in *ingest) finish(err error) {
 		if err != nil && p.app.Size() != p.committed {
 			if rerr := p.app.Rollback(p.committed); rerr != nil {
 				s.log.Warn("roll back pack", "err", rerr)
-				p.app.Close()
+				s.release(p)
 				continue
 			}
 		}
 		if p.app.Size() >= s.packBytes {
-			p.app.Close()
+			s.release(p)
 			continue
 		}
 		s.mu.Lock()
@@ -635,4 +660,13 @@ func (in *ingest) finish(err error) {
 		s.mu.Unlock()
 	}
 	in.slots = nil
+}
+
+// release closes a pack's appender and lets takePack hand it out again
+// (by its committed length in the index).
+func (s *Store) release(p *packSlot) {
+	p.app.Close()
+	s.mu.Lock()
+	delete(s.held, p.app.Pack())
+	s.mu.Unlock()
 }

@@ -58,6 +58,8 @@ type Store struct {
 	// idle holds appenders of packs not in use by an ingest, to be reused
 	// by the next one so that packs fill up.
 	idle []*packSlot
+	// held marks the packs that have an appender, idle or in use.
+	held map[uint32]bool
 }
 
 // Init creates a store in dir (which may exist but must not hold a store)
@@ -111,7 +113,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, db: db, packs: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, open: map[uint64]int{}}
+		packBytes: opts.PackBytes, open: map[uint64]int{}, held: map[uint32]bool{}}
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil

@@ -31,6 +31,13 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"init", "create an empty store", runInit},
+		{"put", "store a local file in a store", runPut},
+		{"get", "copy a file out of a store", runGet},
+		{"ls", "list a store's directory", runLs},
+		{"rm", "remove files or empty directories from a store", runRm},
+		{"mv", "rename a file or directory in a store", runMv},
+		{"stats", "print a store's sizes and dedup ratio", runStats},
 		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
 	}
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// progress draws a one-line progress bar on a terminal. On anything else
+// it draws nothing, so scripts and logs stay clean.
+type progress struct {
+	w     io.Writer
+	label string
+	on    bool
+	start time.Time
+
+	mu   sync.Mutex // guards last
+	last time.Time
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func newProgress(w io.Writer, label string, minBytes, total int64) *progress {
+	return &progress{w: w, label: label, on: isTerminal(w) && total >= minBytes, start: time.Now()}
+}
+
+// update redraws the bar, at most ten times a second.
+func (p *progress) update(done, total int64) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if now.Sub(p.last) < 100*time.Millisecond && done < total {
+		return
+	}
+	p.last = now
+	frac := 1.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	const width = 30
+	bar := strings.Repeat("=", int(frac*width)) + strings.Repeat(" ", width-int(frac*width))
+	rate := float64(done) / max(now.Sub(p.start).Seconds(), 1e-3)
+	fmt.Fprintf(p.w, "\r%s [%s] %5.1f%% %s / %s, %s/s ", p.label, bar, 100*frac, formatBytes(done), formatBytes(total), formatBytes(int64(rate)))
+}
+
+// done ends the bar's line.
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprintln(p.w)
+	}
+}

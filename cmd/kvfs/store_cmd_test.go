@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvfs/kvfs/store"
+)
+
+var whole400 = filepath.Join(fixtures, "whole/fixture-fingerprint/base/00000000-0000-4000-8000-000000000400.mlxkv")
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runCmd(args...)
+	if code != exitOK {
+		t.Fatalf("kvfs %v: exit %d\n%s%s", args, code, out, errOut)
+	}
+	return out
+}
+
+func TestStoreCommands(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", "--chunk-size", "16KiB", st)
+	out := mustRun(t, "put", st, whole300, "fp/base/300.mlxkv")
+	if !strings.Contains(out, "as mlxkv") {
+		t.Fatalf("put: %s", out)
+	}
+	out = mustRun(t, "put", st, whole400, "fp/base/400.mlxkv")
+	if !strings.Contains(out, "1.2 MiB reused") {
+		t.Fatalf("second put did not reuse the parent's rows: %s", out)
+	}
+	if out := mustRun(t, "ls", st); out != "fp/\n" {
+		t.Fatalf("ls: %q", out)
+	}
+	out = mustRun(t, "ls", "-l", st, "fp/base")
+	if !strings.Contains(out, "1654784") || !strings.Contains(out, "mlxkv 400.mlxkv") {
+		t.Fatalf("ls -l: %s", out)
+	}
+	var stats store.Stats
+	if err := json.Unmarshal([]byte(mustRun(t, "stats", "--json", st)), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if stats.Files != 2 || stats.LogicalBytes != 1257472+1654784 || stats.DedupRatio < 1.7 || stats.ChunkSize != 16384 {
+		t.Fatalf("stats %+v", stats)
+	}
+	if out := mustRun(t, "stats", st); !strings.Contains(out, "dedup ratio:") {
+		t.Fatalf("stats: %s", out)
+	}
+	got := filepath.Join(dir, "out.mlxkv")
+	mustRun(t, "get", "--verify", st, "fp/base/400.mlxkv", got)
+	a, _ := os.ReadFile(got)
+	b, _ := os.ReadFile(whole400)
+	if !bytes.Equal(a, b) {
+		t.Fatal("get returned different bytes")
+	}
+	if out := mustRun(t, "get", st, "fp/base/300.mlxkv", "-"); out != string(mustRead(t, whole300)) {
+		t.Fatal("get to stdout returned different bytes")
+	}
+	mustRun(t, "mv", st, "fp/base/400.mlxkv", "fp/400.mlxkv")
+	mustRun(t, "rm", st, "fp/base/300.mlxkv", "fp/base")
+	if out := mustRun(t, "ls", st, "fp"); out != "400.mlxkv\n" {
+		t.Fatalf("after mv and rm: %q", out)
+	}
+	s, err := store.Open(st, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(t.Context(), store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestStoreCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", st)
+	mustRun(t, "put", st, whole300, "a")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"init", st}, exitFailure, "file already exists"},
+		{[]string{"init", "--chunk-size", "12", filepath.Join(dir, "x")}, exitFailure, "chunk size 12"},
+		{[]string{"init", "--chunk-size", "lots", filepath.Join(dir, "x")}, exitUsage, "want a number"},
+		{[]string{"ls", filepath.Join(dir, "nostore")}, exitFailure, "no store here"},
+		{[]string{"put", st, filepath.Join(dir, "missing"), "b"}, exitFailure, "no such file"},
+		{[]string{"put", st, dir, "b"}, exitFailure, "not a regular file"},
+		{[]string{"put", st, whole300, "a/b"}, exitFailure, "not a directory"},
+		{[]string{"put", st, whole300, "../escape"}, exitFailure, "not allowed"},
+		{[]string{"get", st, "missing", filepath.Join(dir, "o")}, exitFailure, "open missing: file does not exist"},
+		{[]string{"get", st, "a", filepath.Join(dir, "nodir", "o")}, exitFailure, "no such file"},
+		{[]string{"rm", st, "missing"}, exitFailure, "remove missing"},
+		{[]string{"mv", st, "missing", "x"}, exitFailure, "rename missing"},
+		{[]string{"put", st, whole300}, exitUsage, "want STORE SRC DEST"},
+	} {
+		code, out, errOut := runCmd(c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("kvfs %v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", c.args, code, c.code, c.want, out, errOut)
+		}
+	}
+}
+
+func TestGetCorruptExit3(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", "--chunk-size", "16KiB", st)
+	mustRun(t, "put", st, whole300, "a")
+	packs, _ := filepath.Glob(filepath.Join(st, "packs", "*.pack"))
+	raw := mustRead(t, packs[0])
+	raw[100] ^= 1
+	os.WriteFile(packs[0], raw, 0o600)
+	code, _, errOut := runCmd("get", "--verify", st, "a", filepath.Join(dir, "o"))
+	if code != exitCorrupt || !strings.Contains(errOut, "chunk corrupt") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "o")); !os.IsNotExist(err) {
+		t.Fatal("a failed get left its output")
+	}
+}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+)
+
+// TestReleasedBeforeCommit: chunks that an ingest planned to reuse are
+// released (and punched) between chunking and commit; the commit notices
+// and writes them again from the source.
+func TestReleasedBeforeCommit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := Init(dir, 4096); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := make([]byte, 50000)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	ctx := context.Background()
+	if _, _, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), "a", PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.beforeCommit = func() {
+		s.beforeCommit = nil
+		if err := s.Remove("a"); err != nil {
+			t.Error(err)
+		}
+	}
+	_, st, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), "b", PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NewBytes != int64(len(b)) {
+		t.Fatalf("rewrote %d bytes, want all %d", st.NewBytes, len(b))
+	}
+	f, err := s.Open("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(b))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("b reads back wrong: %v", err)
+	}
+	f.Close()
+	if err := s.Check(ctx, CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}
