@@ -1,25 +1,24 @@
 package blockstore
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
 // Appender appends chunks to one pack. Each concurrent ingest uses its own
 // Appender on its own pack, so that a snapshot's new chunks sit together on
-// disk and no two writers share a file offset. It is not safe for
-// concurrent use.
+// disk and no two writers share a file. Space is reserved first (Reserve,
+// which decides every chunk's location at once) and filled afterwards
+// (WriteAt, CopyFrom), so that an ingest can hash the next bytes while
+// earlier ones are being written. It is not safe for concurrent use.
 type Appender struct {
 	d    *Dir
 	pack uint32
 	f    *os.File
-	w    *bufio.Writer
-	end  int64 // offset of the next chunk
+	end  int64 // offset of the next reservation
 }
-
-// appendBuffer batches small chunks into large writes.
-const appendBuffer = 4 << 20
 
 // NewAppender opens pack for appending after its first committed bytes,
 // creating it if needed and cutting off anything past committed (the
@@ -39,47 +38,52 @@ func (d *Dir) NewAppender(pack uint32, committed int64) (*Appender, error) {
 		f.Close()
 		return nil, fmt.Errorf("open pack for append %s: %w", path, err)
 	}
-	return &Appender{d: d, pack: pack, f: f, w: bufio.NewWriterSize(&offsetWriter{f, committed}, appendBuffer), end: committed}, nil
-}
-
-// offsetWriter writes sequentially with pwrite, so the descriptor's own
-// offset never matters.
-type offsetWriter struct {
-	f   *os.File
-	off int64
-}
-
-func (o *offsetWriter) Write(p []byte) (int, error) {
-	n, err := o.f.WriteAt(p, o.off)
-	o.off += int64(n)
-	return n, err
+	return &Appender{d: d, pack: pack, f: f, end: committed}, nil
 }
 
 // Pack is the pack this Appender writes.
 func (a *Appender) Pack() uint32 { return a.pack }
 
-// Size is the pack's length including chunks not yet synced.
+// Size is the pack's length including every reservation.
 func (a *Appender) Size() int64 { return a.end }
 
-// Append adds b as one chunk and returns its location. The bytes are not
-// durable until Sync returns.
-func (a *Appender) Append(b []byte) (Loc, error) {
-	loc := Loc{Pack: a.pack, Off: a.end, Len: int64(len(b))}
-	if _, err := a.w.Write(b); err != nil {
-		return Loc{}, fmt.Errorf("append to %s: %w", a.d.Path(a.pack), err)
-	}
-	a.end += int64(len(b))
-	return loc, nil
+// Reserve allocates n bytes at the end of the pack and returns their
+// location; the caller fills them with WriteAt or CopyFrom before Sync.
+func (a *Appender) Reserve(n int64) Loc {
+	loc := Loc{Pack: a.pack, Off: a.end, Len: n}
+	a.end += n
+	return loc
 }
 
-// Sync makes every appended chunk durable: after it returns, a manifest may
+// WriteAt fills reserved bytes at pack offset off.
+func (a *Appender) WriteAt(b []byte, off int64) error {
+	if _, err := a.f.WriteAt(b, off); err != nil {
+		return a.wrap("write", err)
+	}
+	return nil
+}
+
+// CopyFrom fills n reserved bytes at pack offset off from src at srcOff,
+// inside the kernel where the platform can (copy_file_range), so that new
+// bytes are not copied through user space.
+func (a *Appender) CopyFrom(src *os.File, srcOff, off, n int64) error {
+	if err := copyRange(src, srcOff, a.f, off, n); err != nil {
+		return a.wrap("copy into", err)
+	}
+	return nil
+}
+
+// Append reserves room for b and writes it: one chunk, one write.
+func (a *Appender) Append(b []byte) (Loc, error) {
+	loc := a.Reserve(int64(len(b)))
+	return loc, a.WriteAt(b, loc.Off)
+}
+
+// Sync makes every written chunk durable: after it returns, a manifest may
 // refer to them.
 func (a *Appender) Sync() error {
-	if err := a.w.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", a.d.Path(a.pack), err)
-	}
 	if err := a.f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", a.d.Path(a.pack), err)
+		return a.wrap("sync", err)
 	}
 	return nil
 }
@@ -87,13 +91,28 @@ func (a *Appender) Sync() error {
 // Rollback discards everything appended since the pack was committed at
 // size committed, for an ingest that will not commit.
 func (a *Appender) Rollback(committed int64) error {
-	a.w.Reset(&offsetWriter{a.f, committed})
 	a.end = committed
 	if err := a.f.Truncate(committed); err != nil {
-		return fmt.Errorf("roll back %s: %w", a.d.Path(a.pack), err)
+		return a.wrap("roll back", err)
 	}
 	return nil
 }
 
 // Close closes the pack file without syncing.
 func (a *Appender) Close() error { return a.f.Close() }
+
+// wrap names the pack in err unless the error already does (an
+// *fs.PathError from the write itself).
+func (a *Appender) wrap(op string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", op, a.d.Path(a.pack), err)
+}
+
+// StartWriteback asks the kernel to begin writing [off, off+n) of the pack
+// to disk now, without waiting, so that the final Sync finds most bytes
+// already written instead of writing the whole ingest at once. It is only
+// a hint: errors are ignored and Sync remains the durability point.
+func (a *Appender) StartWriteback(off, n int64) { startWriteback(a.f, off, n) }

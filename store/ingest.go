@@ -12,6 +12,8 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,6 +124,7 @@ type ingest struct {
 	blobSum string     // its hex digest, once read
 	slots   []*packSlot
 	stats   PutStats
+	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
 }
 
 type hashWriter interface {
@@ -143,9 +146,11 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	if in.plan.kind == kindBlob {
 		in.blob = sha256.New()
 	}
+	t0 := time.Now()
 	if err := in.chunkAll(ctx); err != nil {
 		return nil, err
 	}
+	chunked := time.Since(t0)
 	if in.blob != nil {
 		in.blobSum = hex.EncodeToString(in.blob.Sum(nil))
 		if name := in.comps[len(in.comps)-1]; hex64.MatchString(name) && name != in.blobSum {
@@ -159,8 +164,12 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 		if err := in.sync(); err != nil {
 			return nil, err
 		}
+		t1 := time.Now()
 		fi, missing, err := in.commit()
 		if err == nil {
+			s.log.Debug("ingested", "path", fi.Path, "bytes", in.size, "kind", in.stats.Kind,
+				"new", in.stats.NewBytes, "reused", in.stats.ReusedBytes, "chunk", chunked,
+				"sync", t1.Sub(t0)-chunked, "commit", time.Since(t1))
 			return fi, nil
 		}
 		if !errors.Is(err, errMissing) || attempt == 3 {
@@ -176,50 +185,161 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 
 var errMissing = errors.New("reused chunks were released")
 
-// chunkAll reads the source batch by batch, cuts and hashes each batch on
-// all cores while the next one is read, and appends new chunks.
-func (in *ingest) chunkAll(ctx context.Context) error {
-	type batch struct {
-		regions []region
-		off     int64
-		buf     []byte
-		err     error
-	}
-	batches := make(chan *batch, 1)
-	free := make(chan []byte, 2)
-	free <- nil
-	free <- nil
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(batches)
-		regs := in.plan.regions
-		for len(regs) > 0 {
-			// A batch is whole regions, at least one, up to batchBytes;
-			// plain regions are split at C multiples to fit.
-			b := &batch{off: regs[0].off}
-			var n int64
-			for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes) {
-				r := regs[0]
-				if !r.row && !r.zero && n+r.n > batchBytes {
-					take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
-					if take < r.n {
-						b.regions = append(b.regions, region{off: r.off, n: take})
-						regs[0] = region{off: r.off + take, n: r.n - take}
-						n += take
-						break
-					}
-				}
-				b.regions = append(b.regions, r)
-				n += r.n
-				regs = regs[1:]
-			}
-			var buf []byte
-			select {
-			case buf = <-free:
-			case <-ctx.Done():
+// errSourceChanged: the source file shrank while it was being read.
+var errSourceChanged = errors.New("source file changed (truncated) while it was being stored")
+
+// guardFault runs fn and turns a memory fault into errSourceChanged: with a
+// mapped source, a file truncated under the mapping faults when touched
+// (SIGBUS), which must fail the ingest, not the process.
+func guardFault(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); ok {
+				err = errSourceChanged
 				return
 			}
+			panic(r)
+		}
+	}()
+	return fn()
+}
+
+// batch is a run of whole regions read into memory together.
+type batch struct {
+	regions []region
+	off     int64
+	buf     []byte
+	unmap   func() // set when buf is a mapping of the source
+	err     error
+}
+
+// writeJob fills reserved pack bytes: from data, or from the source file
+// at srcOff when the source is a file (copied inside the kernel).
+type writeJob struct {
+	app    *blockstore.Appender
+	off    int64 // pack offset
+	data   []byte
+	srcOff int64
+	n      int64
+	after  func() // runs once the job is done (returns a buffer)
+}
+
+// chunkAll reads the source batch by batch, cuts and hashes each batch on
+// all cores, and hands the new chunks to a writer goroutine: reading batch
+// k+2, hashing k+1 and writing k overlap.
+func (in *ingest) chunkAll(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan *batch, 1)
+	free := make(chan []byte, 3)
+	for range 3 {
+		free <- nil
+	}
+	go in.readBatches(ctx, batches, free)
+
+	jobs := make(chan writeJob, 256)
+	var werr error
+	wdone := make(chan struct{})
+	srcFile, _ := in.src.(*os.File)
+	go func() {
+		defer close(wdone)
+		for j := range jobs {
+			if werr == nil && j.app != nil {
+				if j.data != nil || srcFile == nil {
+					werr = j.app.WriteAt(j.data, j.off)
+				} else {
+					werr = j.app.CopyFrom(srcFile, j.srcOff, j.off, j.n)
+				}
+				j.app.StartWriteback(j.off, j.n)
+			}
+			if j.after != nil {
+				j.after()
+			}
+		}
+	}()
+	in.jobs = jobs
+	var done int64
+	var err error
+	for b := range batches {
+		if err == nil {
+			err = b.err
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err == nil {
+			err = guardFault(func() error { return in.processBatch(b.regions, b.off, b.buf, srcFile != nil) })
+		}
+		if b.unmap != nil {
+			// Mapped batches come from a file source, whose writes copy
+			// from the file, not from buf: the mapping can go now.
+			b.unmap()
+			free <- nil
+		} else {
+			buf := b.buf
+			jobs <- writeJob{after: func() { free <- buf }}
+		}
+		if err != nil {
+			cancel() // stop the reader; the loop drains what it sent
+			continue
+		}
+		done += int64(len(b.buf))
+		if in.opts.Progress != nil {
+			in.opts.Progress(done, in.size)
+		}
+	}
+	close(jobs)
+	<-wdone
+	in.jobs = nil
+	if err == nil {
+		err = werr
+	}
+	if err == nil && done != in.size {
+		if err = ctx.Err(); err == nil {
+			err = fmt.Errorf("read %d of %d source bytes", done, in.size)
+		}
+	}
+	return err
+}
+
+// readBatches reads the plan's regions in batches of up to batchBytes:
+// whole regions, at least one; plain regions are split at C multiples.
+func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free chan []byte) {
+	defer close(batches)
+	regs := in.plan.regions
+	for len(regs) > 0 {
+		b := &batch{off: regs[0].off}
+		var n int64
+		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes) {
+			r := regs[0]
+			if !r.row && !r.zero && n+r.n > batchBytes {
+				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
+				if take < r.n {
+					b.regions = append(b.regions, region{off: r.off, n: take})
+					regs[0] = region{off: r.off + take, n: r.n - take}
+					n += take
+					break
+				}
+			}
+			b.regions = append(b.regions, r)
+			n += r.n
+			regs = regs[1:]
+		}
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return
+		}
+		if m, ok := mapSource(in.src, b.off, n); ok {
+			// The batch is the page cache itself: no copy to hash it.
+			if buf != nil {
+				free <- buf // not needed; keep it for a later batch
+			}
+			b.buf, b.unmap = m.data, m.close
+		} else {
 			if int64(cap(buf)) < n {
 				buf = make([]byte, n)
 			}
@@ -227,39 +347,24 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 			if _, err := in.src.ReadAt(b.buf, b.off); err != nil && !(err == io.EOF && int64(len(b.buf)) == n) {
 				b.err = fmt.Errorf("read source at %d: %w", b.off, err)
 			}
-			select {
-			case batches <- b:
-			case <-ctx.Done():
-				return
-			}
-			if b.err != nil {
-				return
-			}
 		}
-	}()
-	var done int64
-	for b := range batches {
+		select {
+		case batches <- b:
+		case <-ctx.Done():
+			return
+		}
 		if b.err != nil {
-			return b.err
+			return
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := in.processBatch(b.regions, b.off, b.buf); err != nil {
-			return err
-		}
-		done += int64(len(b.buf))
-		if in.opts.Progress != nil {
-			in.opts.Progress(done, in.size)
-		}
-		free <- b.buf
 	}
-	return ctx.Err()
 }
 
 // processBatch cuts and hashes the regions of one batch in parallel, then
-// deduplicates and appends their chunks in file order.
-func (in *ingest) processBatch(regions []region, base int64, buf []byte) error {
+// deduplicates their chunks in file order and queues the new ones for
+// writing: runs of new chunks that are contiguous in the source become one
+// write. fromFile says the writer copies from the source file, so the
+// batch buffer is free as soon as this returns.
+func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFile bool) error {
 	if in.blob != nil {
 		in.blob.Write(buf)
 	}
@@ -289,25 +394,34 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte) error {
 		}
 	}
 	var next atomic.Int64
+	var faulted atomic.Bool
 	var wg sync.WaitGroup
 	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(items) {
-					return
+			werr := guardFault(func() error {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(items) {
+						return nil
+					}
+					it := &items[i]
+					if it.refs != nil {
+						continue
+					}
+					it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C)
 				}
-				it := &items[i]
-				if it.refs != nil {
-					continue
-				}
-				it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C)
+			})
+			if werr != nil {
+				faulted.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	if faulted.Load() {
+		return errSourceChanged
+	}
 
 	// Look every chunk not seen in this ingest up in the index at once.
 	var unknown []blockstore.ID
@@ -331,12 +445,25 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte) error {
 			return nil
 		})
 	}
+	var run *writeJob // the write being extended
+	flush := func() {
+		if run != nil {
+			if fromFile {
+				run.data = nil
+			} else {
+				run.data = buf[run.srcOff-base : run.srcOff-base+run.n]
+			}
+			in.jobs <- *run
+			run = nil
+		}
+	}
 	for _, it := range items {
 		for _, c := range it.refs {
 			in.refs = append(in.refs, c)
 			switch {
 			case c.zero:
 				in.stats.ZeroBytes += c.n
+				flush()
 				continue
 			case c.parent:
 				in.stats.ParentReused += c.n
@@ -346,17 +473,25 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte) error {
 					in.states[c.id] = &chunkState{off: c.off}
 				}
 				in.stats.ReusedBytes += c.n
+				flush()
 				continue
 			}
-			loc, err := in.append(buf[c.off-base : c.off-base+c.n])
+			app, err := in.appender(c.n)
 			if err != nil {
 				return err
 			}
+			loc := app.Reserve(c.n)
+			if run == nil || run.app != app || run.off+run.n != loc.Off || run.srcOff+run.n != c.off {
+				flush()
+				run = &writeJob{app: app, off: loc.Off, srcOff: c.off}
+			}
+			run.n += c.n
 			in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}
 			in.stats.NewChunks++
 			in.stats.NewBytes += c.n
 		}
 	}
+	flush()
 	return nil
 }
 
@@ -404,17 +539,17 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// append writes one new chunk to this ingest's current pack, moving to a
-// new pack when it is full.
-func (in *ingest) append(b []byte) (blockstore.Loc, error) {
-	if len(in.slots) == 0 || in.slots[len(in.slots)-1].app.Size()+int64(len(b)) > in.s.packBytes && in.slots[len(in.slots)-1].app.Size() > 0 {
-		slot, err := in.s.takePack(len(in.slots) > 0)
+// appender returns the pack for the next n new bytes, moving to a new pack
+// when the current one is full.
+func (in *ingest) appender(n int64) (*blockstore.Appender, error) {
+	if k := len(in.slots); k == 0 || in.slots[k-1].app.Size() > 0 && in.slots[k-1].app.Size()+n > in.s.packBytes {
+		slot, err := in.s.takePack(k > 0)
 		if err != nil {
-			return blockstore.Loc{}, err
+			return nil, err
 		}
 		in.slots = append(in.slots, slot)
 	}
-	return in.slots[len(in.slots)-1].app.Append(b)
+	return in.slots[len(in.slots)-1].app, nil
 }
 
 // takePack returns an idle pack with room: one in the pool, or one of the
@@ -512,7 +647,11 @@ func (in *ingest) rewrite(ctx context.Context, missing []blockstore.ID) error {
 		if blockstore.Sum(buf) != id {
 			return fmt.Errorf("source changed during ingest (bytes at %d)", st.off)
 		}
-		loc, err := in.append(buf)
+		app, err := in.appender(n)
+		if err != nil {
+			return err
+		}
+		loc, err := app.Append(buf)
 		if err != nil {
 			return err
 		}
@@ -547,7 +686,11 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	err := s.db.Update(func(tx *manifest.Tx) error {
 		missing = missing[:0]
 		dead := map[uint32]int64{}
-		for _, id := range m.Chunks() {
+		// Sorted keys make bbolt's inserts sequential: far fewer page
+		// splits than the manifest's order.
+		ids := m.Chunks()
+		slices.SortFunc(ids, func(a, b blockstore.ID) int { return bytes.Compare(a[:], b[:]) })
+		for _, id := range ids {
 			st := in.states[id]
 			c, err := tx.Chunk(id)
 			switch {

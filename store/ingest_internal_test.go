@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -54,5 +56,34 @@ func TestReleasedBeforeCommit(t *testing.T) {
 	f.Close()
 	if err := s.Check(ctx, CheckOptions{Verify: true}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTruncatedMappedSource: a source file that shrinks under its mapping
+// fails the ingest with errSourceChanged instead of crashing the process.
+func TestTruncatedMappedSource(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(p, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, ok := mapSource(f, 0, 1<<20)
+	if !ok {
+		t.Fatal("mapSource failed on a regular file")
+	}
+	defer m.close()
+	if err := os.Truncate(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = guardFault(func() error {
+		_ = isZero(m.data[1<<19:])
+		return nil
+	})
+	if !errors.Is(err, errSourceChanged) {
+		t.Fatalf("err = %v, want errSourceChanged", err)
 	}
 }
