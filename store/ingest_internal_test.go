@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 )
