@@ -150,13 +150,13 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // the store verifies.
 func (f *File) readChunk(p []byte, e *extent, in int64) error {
 	if !f.s.verify {
-		if _, err := f.s.packs.ReadAt(p, e.loc, in); err != nil {
+		if _, err := f.s.chunks.ReadAt(p, e.loc, in); err != nil {
 			return fmt.Errorf("read %s at %d: %w", f.path, e.off+in, err)
 		}
 		return nil
 	}
 	buf := make([]byte, e.loc.Len)
-	if err := f.s.packs.ReadChunk(buf, e.id, e.loc, true); err != nil {
+	if err := f.s.chunks.ReadChunk(buf, e.id, e.loc, true); err != nil {
 		f.s.log.Error("corrupt chunk", "file", f.path, "offset", e.off, "chunk", e.id.String(), "err", err)
 		return fmt.Errorf("read %s at file offset %d: %w", f.path, e.off, err)
 	}

@@ -39,7 +39,8 @@ type Options struct {
 type Store struct {
 	dir       string
 	db        *manifest.DB
-	packs     *blockstore.Dir
+	packs     *blockstore.Dir // appends, punches, pack files
+	chunks    chunkReader     // reads (packs, behind the narrow interface)
 	chunkSize int64
 	log       *slog.Logger
 	verify    bool
@@ -112,7 +113,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{dir: dir, db: db, packs: packs, log: opts.Logger, verify: opts.Verify,
+	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
 		packBytes: opts.PackBytes, open: map[uint64]int{}, held: map[uint32]bool{}}
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize

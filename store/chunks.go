@@ -1,0 +1,23 @@
+package store
+
+import (
+	"github.com/kvfs/kvfs/blockstore"
+)
+
+// chunkReader is what reading files needs from the chunk layer: bytes by
+// location. blockstore.Dir implements it for local packs; a cache in front
+// of an object store can implement it for a shared pool.
+//
+// Contract: ReadAt fills all of p from the chunk at loc, starting off bytes
+// into it, or returns an error (a pack that does not exist is an error
+// satisfying errors.Is(err, fs.ErrNotExist)); it never returns a short
+// read without an error. ReadChunk reads a whole chunk into p and, with
+// verify, returns an error wrapping blockstore.ErrCorrupt instead of bytes
+// that do not hash to id. Neither keeps p. Both are safe for concurrent
+// use. Whoever opened the reader closes it; readers never close it.
+type chunkReader interface {
+	ReadAt(p []byte, loc blockstore.Loc, off int64) (int, error)
+	ReadChunk(p []byte, id blockstore.ID, loc blockstore.Loc, verify bool) error
+}
+
+var _ chunkReader = (*blockstore.Dir)(nil)
