@@ -172,6 +172,9 @@ func TestCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(t.TempDir(), "ops.log")
+	if err := os.WriteFile(logPath, nil, 0o600); err != nil { // a child may die before it writes
+		t.Fatal(err)
+	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	cache := map[string][]byte{}
 	content := func(name string, k int) []byte {
