@@ -91,6 +91,22 @@ func parentOf(tx *manifest.Tx, comps []string, mkdirs bool) (uint64, error) {
 	return ino, nil
 }
 
+// entry resolves the last component of comps: its directory and its inode.
+func entry(tx *manifest.Tx, comps []string) (parent uint64, n *manifest.Inode, err error) {
+	if parent, err = parentOf(tx, comps, false); err != nil {
+		return 0, nil, err
+	}
+	ino, err := tx.Lookup(parent, comps[len(comps)-1])
+	if errors.Is(err, manifest.ErrNotFound) {
+		return 0, nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err = tx.Inode(ino)
+	return parent, n, err
+}
+
 func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*manifest.Inode, error) {
 	ino, err := tx.NextIno()
 	if err != nil {
@@ -243,23 +259,12 @@ func (s *Store) Remove(path string) error {
 	}
 	var freed []blockstore.Loc
 	err = s.db.Update(func(tx *manifest.Tx) error {
-		parent, err := parentOf(tx, comps, false)
+		parent, n, err := entry(tx, comps)
 		if err != nil {
 			return err
 		}
 		name := comps[len(comps)-1]
-		ino, err := tx.Lookup(parent, name)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
-		if err != nil {
-			return err
-		}
-		n, err := tx.Inode(ino)
-		if err != nil {
-			return err
-		}
-		if n.IsDir() && !tx.Empty(ino) {
+		if n.IsDir() && !tx.Empty(n.Ino) {
 			return manifest.ErrNotEmpty
 		}
 		if err := tx.Unlink(parent, name); err != nil {
@@ -308,21 +313,11 @@ func (s *Store) Rename(oldpath, newpath string) error {
 	var freed []blockstore.Loc
 	errPath := oldpath
 	err = s.db.Update(func(tx *manifest.Tx) error {
-		op, err := parentOf(tx, oc, false)
+		op, src, err := entry(tx, oc)
 		if err != nil {
 			return err
 		}
-		ino, err := tx.Lookup(op, oc[len(oc)-1])
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
-		if err != nil {
-			return err
-		}
-		src, err := tx.Inode(ino)
-		if err != nil {
-			return err
-		}
+		ino := src.Ino
 		errPath = newpath
 		np, err := parentOf(tx, nc, false)
 		if err != nil {

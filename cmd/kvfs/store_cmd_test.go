@@ -132,3 +132,23 @@ func TestGetCorruptExit3(t *testing.T) {
 		t.Fatal("a failed get left its output")
 	}
 }
+
+func TestProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	p := &progress{w: &buf, label: "put", on: true}
+	p.update(50<<20, 100<<20)
+	p.update(60<<20, 100<<20) // within 100 ms: not redrawn
+	p.update(100<<20, 100<<20)
+	p.done()
+	out := buf.String()
+	if strings.Count(out, "\r") != 2 || !strings.Contains(out, " 50.0% 50.0 MiB / 100.0 MiB") || !strings.Contains(out, "100.0%") || !strings.HasSuffix(out, "\n") {
+		t.Fatalf("progress output %q", out)
+	}
+	var quiet bytes.Buffer
+	q := newProgress(&quiet, "get", progressMinBytes, 1<<30) // not a terminal
+	q.update(1, 2)
+	q.done()
+	if quiet.Len() != 0 {
+		t.Fatalf("progress drawn on a non-terminal: %q", quiet.String())
+	}
+}
