@@ -9,4 +9,7 @@ require (
 	golang.org/x/sys v0.29.0
 )
 
-require github.com/klauspost/cpuid/v2 v2.0.12 // indirect
+require (
+	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
+	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
+)

@@ -37,8 +37,12 @@ type Inode struct {
 	Blob string `json:"blob,omitempty"`
 	// Layout is the snapshot-index key of a .mlxkv file, "" otherwise.
 	Layout string `json:"layout,omitempty"`
-	// Parent is a directory's parent directory, for rename cycle checks.
+	// Parent and Name are the inode's one name (kvfs has no hard links):
+	// they let a directory check rename cycles and a file being written
+	// find the name its new content replaces. Both are 0 and "" for the
+	// root and for orphans.
 	Parent uint64 `json:"parent,omitempty"`
+	Name   string `json:"name,omitempty"`
 }
 
 // IsDir reports whether the inode is a directory.

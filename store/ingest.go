@@ -30,6 +30,8 @@ var ErrBlobMismatch = errors.New("content does not match the blob name")
 type PutOptions struct {
 	Mode  fs.FileMode // permissions; 0 means 0644
 	Mtime time.Time   // zero means now
+	UID   uint32      // owner of a new file
+	GID   uint32
 	// Progress, if set, is called with the bytes processed so far.
 	Progress func(done, total int64)
 }
@@ -125,6 +127,37 @@ type ingest struct {
 	slots   []*packSlot
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
+	// target, when set, is the inode whose name the new content takes
+	// (CommitIno); otherwise comps name the destination.
+	target uint64
+}
+
+// destination resolves, inside the commit transaction, where the new inode
+// goes and what it replaces.
+func (in *ingest) destination(tx *manifest.Tx) (parent uint64, name string, prev *manifest.Inode, err error) {
+	if in.target != 0 {
+		prev, err = tx.Inode(in.target)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return 0, "", nil, fs.ErrNotExist
+		}
+		if err != nil {
+			return 0, "", nil, err
+		}
+		if cur, err := tx.Lookup(prev.Parent, prev.Name); err != nil || cur != prev.Ino || prev.Name == "" {
+			return 0, "", nil, fs.ErrNotExist // removed (or replaced) since the write began
+		}
+		return prev.Parent, prev.Name, prev, nil
+	}
+	if parent, err = parentOf(tx, in.comps, true); err != nil {
+		return 0, "", nil, err
+	}
+	name = in.comps[len(in.comps)-1]
+	if old, err := tx.Lookup(parent, name); err == nil {
+		if prev, err = tx.Inode(old); err != nil {
+			return 0, "", nil, err
+		}
+	}
+	return parent, name, prev, nil
 }
 
 type hashWriter interface {
@@ -725,20 +758,15 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				return err
 			}
 		}
-		parent, err := parentOf(tx, in.comps, true)
+		parent, name, prev, err := in.destination(tx)
 		if err != nil {
 			return err
 		}
-		name := in.comps[len(in.comps)-1]
-		if old, err := tx.Lookup(parent, name); err == nil {
-			on, err := tx.Inode(old)
-			if err != nil {
-				return err
-			}
-			if on.IsDir() {
+		if prev != nil {
+			if prev.IsDir() {
 				return manifest.ErrIsDir
 			}
-			if freed, err = s.dropInode(tx, on); err != nil {
+			if freed, err = s.dropInode(tx, prev); err != nil {
 				return err
 			}
 		}
@@ -748,7 +776,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		now := time.Now().UnixNano()
 		n := &manifest.Inode{Ino: ino, Mode: mode, Size: m.Size(), Mtime: mtime.UnixNano(), Ctime: now,
-			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout}
+			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout,
+			Parent: parent, Name: name, UID: in.opts.UID, GID: in.opts.GID}
+		if prev != nil && in.target != 0 {
+			// A new version of the same file keeps its attributes.
+			n.Mode, n.UID, n.GID, n.Xattrs = prev.Mode, prev.UID, prev.GID, prev.Xattrs
+		}
 		n.Blob = in.blobSum
 		if err := tx.PutInode(n); err != nil {
 			return err
@@ -768,6 +801,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			if err := tx.AddBlob(n.Blob, ino); err != nil {
 				return err
 			}
+		}
+		if err := touchDir(tx, parent); err != nil {
+			return err
 		}
 		fi = info(path.Join(in.comps...), name, n)
 		return nil

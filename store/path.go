@@ -113,7 +113,7 @@ func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*mani
 		return nil, err
 	}
 	now := time.Now().UnixNano()
-	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | perm.Perm(), Mtime: now, Ctime: now, Parent: parent}
+	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | perm.Perm(), Mtime: now, Ctime: now, Parent: parent, Name: name}
 	if err := tx.PutInode(n); err != nil {
 		return nil, err
 	}
@@ -132,6 +132,11 @@ type FileInfo struct {
 	// "plain"); ManifestID names its committed content.
 	Kind       string
 	ManifestID string
+	// Set by the inode-level API only.
+	Ctime    time.Time
+	UID, GID uint32
+	Parent   uint64
+	Blob     string // sha256 of a blob's content
 }
 
 // IsDir reports whether the entry is a directory.
@@ -259,18 +264,11 @@ func (s *Store) Remove(path string) error {
 	}
 	var freed []blockstore.Loc
 	err = s.db.Update(func(tx *manifest.Tx) error {
-		parent, n, err := entry(tx, comps)
+		parent, err := parentOf(tx, comps, false)
 		if err != nil {
 			return err
 		}
-		name := comps[len(comps)-1]
-		if n.IsDir() && !tx.Empty(n.Ino) {
-			return manifest.ErrNotEmpty
-		}
-		if err := tx.Unlink(parent, name); err != nil {
-			return err
-		}
-		freed, err = s.dropInode(tx, n)
+		freed, err = s.removeTx(tx, parent, comps[len(comps)-1], removeAny)
 		return err
 	})
 	if err != nil {
@@ -278,6 +276,55 @@ func (s *Store) Remove(path string) error {
 	}
 	s.punch(freed)
 	return nil
+}
+
+// What removeTx may remove.
+const (
+	removeAny  = iota
+	removeFile // unlink: not a directory
+	removeDir  // rmdir: only a directory
+)
+
+// removeTx removes name from directory parent: a file (released, or kept
+// as an orphan while open) or an empty directory.
+func (s *Store) removeTx(tx *manifest.Tx, parent uint64, name string, what int) ([]blockstore.Loc, error) {
+	ino, err := tx.Lookup(parent, name)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	n, err := tx.Inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n.IsDir() && what == removeFile:
+		return nil, manifest.ErrIsDir
+	case !n.IsDir() && what == removeDir:
+		return nil, manifest.ErrNotDir
+	case n.IsDir() && !tx.Empty(ino):
+		return nil, manifest.ErrNotEmpty
+	}
+	if err := tx.Unlink(parent, name); err != nil {
+		return nil, err
+	}
+	if err := touchDir(tx, parent); err != nil {
+		return nil, err
+	}
+	return s.dropInode(tx, n)
+}
+
+// touchDir sets a directory's modification time to now.
+func touchDir(tx *manifest.Tx, dir uint64) error {
+	d, err := tx.Inode(dir)
+	if err != nil {
+		return err
+	}
+	d.Mtime = time.Now().UnixNano()
+	d.Ctime = d.Mtime
+	return tx.PutInode(d)
 }
 
 // dropInode handles an inode that lost its only name: released now, or
@@ -288,6 +335,10 @@ func (s *Store) dropInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc,
 	s.mu.Unlock()
 	if open {
 		if err := tx.Unindex(n); err != nil {
+			return nil, err
+		}
+		n.Parent, n.Name = 0, ""
+		if err := tx.PutInode(n); err != nil {
 			return nil, err
 		}
 		return nil, tx.AddOrphan(n.Ino)
@@ -313,65 +364,123 @@ func (s *Store) Rename(oldpath, newpath string) error {
 	var freed []blockstore.Loc
 	errPath := oldpath
 	err = s.db.Update(func(tx *manifest.Tx) error {
-		op, src, err := entry(tx, oc)
+		op, err := parentOf(tx, oc, false)
 		if err != nil {
 			return err
 		}
-		ino := src.Ino
+		if _, err := tx.Lookup(op, oc[len(oc)-1]); errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
 		errPath = newpath
 		np, err := parentOf(tx, nc, false)
 		if err != nil {
 			return err
 		}
-		if src.IsDir() {
-			// A directory cannot move into its own subtree.
-			for d := np; d != manifest.RootIno; {
-				if d == ino {
-					return fmt.Errorf("%w: cannot move a directory into itself", fs.ErrInvalid)
-				}
-				dn, err := tx.Inode(d)
-				if err != nil {
-					return err
-				}
-				d = dn.Parent
-			}
-		}
-		name := nc[len(nc)-1]
-		if old, err := tx.Lookup(np, name); err == nil {
-			if old == ino {
-				return nil
-			}
-			dst, err := tx.Inode(old)
-			if err != nil {
-				return err
-			}
-			switch {
-			case dst.IsDir() && !src.IsDir():
-				return manifest.ErrIsDir
-			case !dst.IsDir() && src.IsDir():
-				return manifest.ErrNotDir
-			case dst.IsDir() && !tx.Empty(old):
-				return manifest.ErrNotEmpty
-			}
-			if freed, err = s.dropInode(tx, dst); err != nil {
-				return err
-			}
-		}
-		if err := tx.Unlink(op, oc[len(oc)-1]); err != nil {
-			return err
-		}
-		if err := tx.Link(np, name, ino); err != nil {
-			return err
-		}
-		if src.IsDir() && src.Parent != np {
-			src.Parent = np
-			return tx.PutInode(src)
-		}
-		return nil
+		freed, err = s.renameTx(tx, op, oc[len(oc)-1], np, nc[len(nc)-1], false)
+		return err
 	})
 	if err != nil {
 		return pathErr("rename", errPath, err)
 	}
 	s.punch(freed)
+	return nil
+}
+
+// renameTx moves (op, oname) to (np, nname), replacing what is there
+// unless noReplace.
+func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nname string, noReplace bool) ([]blockstore.Loc, error) {
+	ino, err := tx.Lookup(op, oname)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	src, err := tx.Inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := tx.Inode(np)
+	if err != nil {
+		return nil, err
+	}
+	if !dir.IsDir() {
+		return nil, manifest.ErrNotDir
+	}
+	if src.IsDir() {
+		// A directory cannot move into its own subtree.
+		for d := np; d != manifest.RootIno; {
+			if d == ino {
+				return nil, fmt.Errorf("%w: cannot move a directory into itself", fs.ErrInvalid)
+			}
+			dn, err := tx.Inode(d)
+			if err != nil {
+				return nil, err
+			}
+			d = dn.Parent
+		}
+	}
+	if err := s.checkBlobName(tx, src, dir, nname); err != nil {
+		return nil, err
+	}
+	var freed []blockstore.Loc
+	if old, err := tx.Lookup(np, nname); err == nil {
+		if old == ino {
+			return nil, nil
+		}
+		if noReplace {
+			return nil, fs.ErrExist
+		}
+		dst, err := tx.Inode(old)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case dst.IsDir() && !src.IsDir():
+			return nil, manifest.ErrIsDir
+		case !dst.IsDir() && src.IsDir():
+			return nil, manifest.ErrNotDir
+		case dst.IsDir() && !tx.Empty(old):
+			return nil, manifest.ErrNotEmpty
+		}
+		if freed, err = s.dropInode(tx, dst); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Unlink(op, oname); err != nil {
+		return nil, err
+	}
+	if err := tx.Link(np, nname, ino); err != nil {
+		return nil, err
+	}
+	src.Parent, src.Name = np, nname
+	src.Ctime = time.Now().UnixNano()
+	if err := tx.PutInode(src); err != nil {
+		return nil, err
+	}
+	if err := touchDir(tx, op); err != nil {
+		return nil, err
+	}
+	if np != op {
+		if err := touchDir(tx, np); err != nil {
+			return nil, err
+		}
+	}
+	return freed, nil
+}
+
+// checkBlobName enforces that a file named by a sha256 in a blocks
+// directory has that content: a rename into such a name (the engine writes
+// blocks/<h>.tmp and renames it to blocks/<h>) fails otherwise.
+func (s *Store) checkBlobName(tx *manifest.Tx, src *manifest.Inode, dir *manifest.Inode, name string) error {
+	if src.IsDir() || dir.Name != "blocks" || !hex64.MatchString(name) {
+		return nil
+	}
+	if src.Blob == "" {
+		return fmt.Errorf("%w: the content of %q was not hashed (it was not written in a blocks directory)", ErrBlobMismatch, src.Name)
+	}
+	if src.Blob != name {
+		return fmt.Errorf("%w: sha256 is %s", ErrBlobMismatch, src.Blob)
+	}
 	return nil
 }

@@ -1,0 +1,425 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// The inode-level API serves the filesystem layer, which knows entries by
+// inode number and name rather than by path. Errors are the same sentinels
+// as the path API's (fs.ErrNotExist, fs.ErrExist, manifest.ErrNotDir, …),
+// wrapped with the operation and the entry.
+
+func inoErr(op string, parent uint64, name string, err error) error {
+	if name == "" {
+		return fmt.Errorf("%s inode %d: %w", op, parent, err)
+	}
+	return fmt.Errorf("%s %q in inode %d: %w", op, name, parent, err)
+}
+
+// inoPath rebuilds an inode's path from its Parent and Name links.
+func inoPath(tx *manifest.Tx, n *manifest.Inode) string {
+	var parts []string
+	for i := 0; n != nil && n.Ino != manifest.RootIno && i < 4096; i++ {
+		parts = append(parts, n.Name)
+		p, err := tx.Inode(n.Parent)
+		if err != nil {
+			break
+		}
+		n = p
+	}
+	slices.Reverse(parts)
+	return strings.Join(parts, "/")
+}
+
+func inoInfo(tx *manifest.Tx, n *manifest.Inode) *FileInfo {
+	fi := info(inoPath(tx, n), n.Name, n)
+	fi.Ctime, fi.UID, fi.GID = time.Unix(0, n.Ctime), n.UID, n.GID
+	fi.Parent, fi.Blob = n.Parent, n.Blob
+	return fi
+}
+
+// StatIno describes an inode.
+func (s *Store) StatIno(ino uint64) (*FileInfo, error) {
+	var fi *FileInfo
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("stat", ino, "", err)
+	}
+	return fi, nil
+}
+
+// Lookup describes the entry name in directory parent.
+func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
+	var fi *FileInfo
+	err := s.db.View(func(tx *manifest.Tx) error {
+		ino, err := tx.Lookup(parent, name)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("lookup", parent, name, err)
+	}
+	return fi, nil
+}
+
+// ReadDir lists directory ino in name order.
+func (s *Store) ReadDir(ino uint64) ([]*FileInfo, error) {
+	var out []*FileInfo
+	err := s.db.View(func(tx *manifest.Tx) error {
+		d, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return manifest.ErrNotDir
+		}
+		ents, err := tx.ReadDir(ino)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			n, err := tx.Inode(e.Ino)
+			if err != nil {
+				return err
+			}
+			out = append(out, &FileInfo{Name: e.Name, Ino: n.Ino, Mode: n.Mode, Size: n.Size, Mtime: time.Unix(0, n.Mtime)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("readdir", ino, "", err)
+	}
+	return out, nil
+}
+
+// Owner is who creates an entry.
+type Owner struct{ UID, GID uint32 }
+
+// MkdirAt creates directory name in parent.
+func (s *Store) MkdirAt(parent uint64, name string, perm fs.FileMode, o Owner) (*FileInfo, error) {
+	var fi *FileInfo
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		if err := checkName(tx, parent, name); err != nil {
+			return err
+		}
+		n, err := mkdir(tx, parent, name, perm)
+		if err != nil {
+			return err
+		}
+		n.UID, n.GID = o.UID, o.GID
+		if err := tx.PutInode(n); err != nil {
+			return err
+		}
+		if err := touchDir(tx, parent); err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("mkdir", parent, name, err)
+	}
+	return fi, nil
+}
+
+// checkName checks that parent is a directory without an entry name.
+func checkName(tx *manifest.Tx, parent uint64, name string) error {
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") || len(name) > 255 {
+		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
+	}
+	d, err := tx.Inode(parent)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return fs.ErrNotExist
+	}
+	if err != nil {
+		return err
+	}
+	if !d.IsDir() {
+		return manifest.ErrNotDir
+	}
+	if _, err := tx.Lookup(parent, name); err == nil {
+		return fs.ErrExist
+	}
+	return nil
+}
+
+// CreateAt creates an empty file name in parent: the name is visible at
+// once, and CommitIno gives it content.
+func (s *Store) CreateAt(parent uint64, name string, perm fs.FileMode, o Owner) (*FileInfo, error) {
+	var fi *FileInfo
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		if err := checkName(tx, parent, name); err != nil {
+			return err
+		}
+		ino, err := tx.NextIno()
+		if err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		var empty manifest.Manifest
+		n := &manifest.Inode{Ino: ino, Mode: perm.Perm(), Mtime: now, Ctime: now, UID: o.UID, GID: o.GID,
+			Parent: parent, Name: name, ManifestID: empty.ID(), Kind: kindPlain}
+		if err := tx.PutInode(n); err != nil {
+			return err
+		}
+		if err := tx.PutManifest(ino, empty); err != nil {
+			return err
+		}
+		if err := tx.Link(parent, name, ino); err != nil {
+			return err
+		}
+		if err := touchDir(tx, parent); err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("create", parent, name, err)
+	}
+	return fi, nil
+}
+
+// RemoveAt removes name from parent: with dir, only an empty directory
+// (rmdir); without, only a file (unlink).
+func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {
+	what := removeFile
+	if dir {
+		what = removeDir
+	}
+	var freed []blockstore.Loc
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		var err error
+		freed, err = s.removeTx(tx, parent, name, what)
+		return err
+	})
+	if err != nil {
+		return inoErr("remove", parent, name, err)
+	}
+	s.punch(freed)
+	return nil
+}
+
+// RenameAt moves (op, oname) to (np, nname), replacing a file or an empty
+// directory there unless noReplace (then fs.ErrExist).
+func (s *Store) RenameAt(op uint64, oname string, np uint64, nname string, noReplace bool) error {
+	var freed []blockstore.Loc
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		var err error
+		freed, err = s.renameTx(tx, op, oname, np, nname, noReplace)
+		return err
+	})
+	if err != nil {
+		return inoErr("rename", op, oname, err)
+	}
+	s.punch(freed)
+	return nil
+}
+
+// AttrChange is a change of attributes; nil fields stay.
+type AttrChange struct {
+	Mode       *fs.FileMode // permission bits
+	UID, GID   *uint32
+	Mtime      *time.Time
+	ClearSetID bool // clear setuid/setgid (on chown by non-root, as Linux does)
+}
+
+// SetAttr changes an inode's attributes.
+func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
+	var fi *FileInfo
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		if c.Mode != nil {
+			n.Mode = n.Mode.Type() | c.Mode.Perm() | (*c.Mode & (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
+		}
+		if c.ClearSetID {
+			n.Mode &^= fs.ModeSetuid | fs.ModeSetgid
+		}
+		if c.UID != nil {
+			n.UID = *c.UID
+		}
+		if c.GID != nil {
+			n.GID = *c.GID
+		}
+		if c.Mtime != nil {
+			n.Mtime = c.Mtime.UnixNano()
+		}
+		n.Ctime = time.Now().UnixNano()
+		if err := tx.PutInode(n); err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr("setattr", ino, "", err)
+	}
+	return fi, nil
+}
+
+// Xattr errors.
+var (
+	ErrNoAttr   = errors.New("no such attribute")
+	ErrReadOnly = errors.New("attribute is read-only")
+)
+
+// Xattr returns a user extended attribute.
+func (s *Store) Xattr(ino uint64, name string) ([]byte, error) {
+	var v []byte
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		b, ok := n.Xattrs[name]
+		if !ok {
+			return ErrNoAttr
+		}
+		v = b
+		return nil
+	})
+	return v, err
+}
+
+// Xattrs lists an inode's extended attribute names.
+func (s *Store) Xattrs(ino uint64) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		for k := range n.Xattrs {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return nil
+	})
+	return out, err
+}
+
+// Xattr flags, as setxattr(2).
+const (
+	XattrCreate  = 1 // fail if the attribute exists
+	XattrReplace = 2 // fail if it does not
+)
+
+// SetXattr sets (value != nil) or removes (value == nil) a user extended
+// attribute.
+func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error {
+	return s.db.Update(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		_, exists := n.Xattrs[name]
+		switch {
+		case value == nil && !exists, flags&XattrReplace != 0 && !exists:
+			return ErrNoAttr
+		case flags&XattrCreate != 0 && exists:
+			return fs.ErrExist
+		}
+		if value == nil {
+			delete(n.Xattrs, name)
+		} else {
+			if n.Xattrs == nil {
+				n.Xattrs = map[string][]byte{}
+			}
+			n.Xattrs[name] = append([]byte{}, value...)
+		}
+		n.Ctime = time.Now().UnixNano()
+		return tx.PutInode(n)
+	})
+}
+
+// CommitIno ingests size bytes of src as the new content of the file whose
+// current inode is ino, under that inode's name, keeping its attributes.
+// The content gets a new inode (the old one is released, or kept while
+// open), which is returned. If the file lost its name meanwhile, the
+// content is not stored and the error satisfies fs.ErrNotExist.
+func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, mtime time.Time) (*FileInfo, *PutStats, error) {
+	var comps []string
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return err
+		}
+		if n.Name == "" {
+			return fs.ErrNotExist
+		}
+		comps = strings.Split(inoPath(tx, n), "/")
+		return nil
+	})
+	if err != nil {
+		return nil, nil, inoErr("commit", ino, "", err)
+	}
+	in := &ingest{s: s, src: src, size: size, comps: comps, target: ino,
+		opts: PutOptions{Mtime: mtime}, states: map[blockstore.ID]*chunkState{}}
+	fi, err := in.run(ctx)
+	in.finish(err)
+	if err != nil {
+		return nil, nil, inoErr("commit", ino, "", err)
+	}
+	return fi, &in.stats, nil
+}
+
+// FSStats is what statfs reports.
+type FSStats struct {
+	Blocks, Bfree, Bavail uint64 // in units of Bsize
+	Files, Ffree          uint64
+	Bsize                 uint32
+}
+
+// StatFS reports the space of the filesystem holding the store and the
+// number of inodes in the store.
+func (s *Store) StatFS() (*FSStats, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir, &st); err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", s.dir, err)
+	}
+	out := &FSStats{Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail, Bsize: uint32(st.Bsize), Ffree: 1 << 40}
+	s.db.View(func(tx *manifest.Tx) error {
+		return tx.ForEachInode(func(*manifest.Inode) error { out.Files++; return nil })
+	})
+	return out, nil
+}
