@@ -32,6 +32,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"init", "create an empty store", runInit},
+		{"mount", "mount a store as a filesystem", runMount},
+		{"unmount", "unmount a kvfs mount", runUnmount},
 		{"put", "store a local file in a store", runPut},
 		{"get", "copy a file out of a store", runGet},
 		{"ls", "list a store's directory", runLs},

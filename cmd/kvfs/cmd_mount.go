@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	kvfs "github.com/kvfs/kvfs/fs"
+	"github.com/kvfs/kvfs/store"
+)
+
+type mountOptions struct {
+	foreground bool
+	options    string
+	verify     bool
+	debugFUSE  bool
+	logLevel   string
+	logFile    string
+	readyFD    int
+}
+
+func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o mountOptions
+	fs := newFlags("mount", "[flags] STORE MOUNTPOINT", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3).", stderr)
+	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
+	fs.StringVarP(&o.options, "options", "o", "", "comma-separated mount options: allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root)")
+	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
+	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
+	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
+	fs.MarkHidden("ready-fd")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usagef("want STORE MOUNTPOINT")
+	}
+	allowOther := false
+	for _, opt := range strings.Split(o.options, ",") {
+		switch strings.TrimSpace(opt) {
+		case "":
+		case "allow_other":
+			allowOther = true
+		case "rw", "defaults", "nodev", "nosuid", "noatime", "relatime", "_netdev", "auto", "noauto", "user", "nouser":
+			// accepted from fstab and mount(8); nothing to do
+		default:
+			return usagef("unknown mount option %q", opt)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usagef("--log-level: %v", err)
+	}
+	// A daemon outlives the caller's working directory: use absolute paths.
+	storeDir, err := filepath.Abs(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	mnt, err := filepath.Abs(fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	if !o.foreground {
+		return daemonize(append(fs.Args()[:0:0], storeDir, mnt), storeDir, o, stdout)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return serve(ctx, storeDir, mnt, o, allowOther, log)
+}
+
+// daemonize starts this command again in the foreground, detached, and
+// waits until it reports that the mount is live (or why it failed).
+func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer) error {
+	logPath := o.logFile
+	if logPath == "" {
+		logPath = filepath.Join(storeDir, "kvfs.log")
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	flags := []string{"mount", "--foreground", "--ready-fd", "3", "--log-level", o.logLevel}
+	if o.options != "" {
+		flags = append(flags, "-o", o.options)
+	}
+	if o.verify {
+		flags = append(flags, "--verify")
+	}
+	if o.debugFUSE {
+		flags = append(flags, "--debug-fuse")
+	}
+	cmd := exec.Command(exe, append(flags, args...)...)
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start daemon: %w", err)
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	r.Close()
+	if strings.TrimSpace(line) == "ok" {
+		cmd.Process.Release()
+		return nil
+	}
+	cmd.Wait()
+	if msg := strings.TrimSpace(strings.TrimPrefix(line, "error:")); msg != "" {
+		return errors.New(msg)
+	}
+	return fmt.Errorf("daemon exited before the mount was live; see %s", logPath)
+}
+
+// serve mounts and serves until a signal or an external unmount.
+func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
+	ready := func(msg string) {
+		if o.readyFD > 0 {
+			f := os.NewFile(uintptr(o.readyFD), "ready")
+			fmt.Fprintln(f, msg)
+			f.Close()
+			o.readyFD = 0
+		}
+	}
+	fail := func(err error) error {
+		ready("error: " + err.Error())
+		return err
+	}
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify})
+	if err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE})
+	if err != nil {
+		return fail(err)
+	}
+	if err := srv.WaitMount(); err != nil {
+		return fail(err)
+	}
+	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify)
+	ready("ok")
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			log.Info("unmounted", "mountpoint", mnt)
+			return nil
+		case sig := <-sigs:
+			log.Info("unmounting", "signal", sig.String())
+			// Unmount waits for in-flight requests (commits included) to
+			// be answered; a busy mount is retried, then detached.
+			var err error
+			for i := 0; i < 50; i++ {
+				if err = srv.Unmount(); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				log.Warn("mount busy; detaching", "err", err)
+				syscall.Unmount(mnt, syscall.MNT_DETACH)
+			}
+		}
+	}
+}
+
+func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("unmount", "MOUNTPOINT", "Unmount a kvfs mount. The daemon finishes in-flight writes and exits.", stderr)
+	lazy := fs.BoolP("lazy", "l", false, "detach now even if files are open (they keep working until closed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want MOUNTPOINT")
+	}
+	mnt := fs.Arg(0)
+	if os.Geteuid() == 0 {
+		flags := 0
+		if *lazy {
+			flags = syscall.MNT_DETACH
+		}
+		if err := syscall.Unmount(mnt, flags); err != nil {
+			return &os.PathError{Op: "unmount", Path: mnt, Err: err}
+		}
+		return nil
+	}
+	args = []string{"-u", mnt}
+	if *lazy {
+		args = []string{"-u", "-z", mnt}
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(bin); err == nil {
+			out, err := exec.Command(p, args...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("unmount %s: %s", mnt, strings.TrimSpace(string(out)))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("unmount %s: not root and no fusermount3 (apt-get install fuse3)", mnt)
+}

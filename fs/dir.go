@@ -1,0 +1,132 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// dirNode is a directory.
+type dirNode struct {
+	node
+}
+
+func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fi, err := d.fsys.s.StatIno(d.ino.Load())
+	if err != nil {
+		return errno(d.fsys.log, "getattr", err)
+	}
+	fillAttr(fi, &out.Attr)
+	return 0
+}
+
+func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EISDIR
+	}
+	fi, e := d.setattr(ctx, in)
+	if e != 0 {
+		return e
+	}
+	fillAttr(fi, &out.Attr)
+	return 0
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
+	if err != nil {
+		return nil, errno(d.fsys.log, "lookup", err)
+	}
+	return d.child(ctx, name, fi, out), 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ents, err := d.fsys.s.ReadDir(d.ino.Load())
+	if err != nil {
+		return nil, errno(d.fsys.log, "readdir", err)
+	}
+	list := make([]fuse.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: unixMode(e.Mode)})
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	fi, err := d.fsys.s.MkdirAt(d.ino.Load(), name, goMode(mode), owner(ctx))
+	if err != nil {
+		return nil, errno(d.fsys.log, "mkdir", err)
+	}
+	return d.child(ctx, name, fi, out), 0
+}
+
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return errno(d.fsys.log, "rmdir", d.fsys.s.RemoveAt(d.ino.Load(), name, true))
+}
+
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	return errno(d.fsys.log, "unlink", d.fsys.s.RemoveAt(d.ino.Load(), name, false))
+}
+
+// Rename flags of renameat2(2).
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+)
+
+func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags&renameExchange != 0 || flags&^renameNoReplace != 0 {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*dirNode)
+	if !ok {
+		return syscall.EXDEV
+	}
+	err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, flags&renameNoReplace != 0)
+	return errno(d.fsys.log, "rename", err)
+}
+
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	fi, err := d.fsys.s.CreateAt(d.ino.Load(), name, goMode(mode), owner(ctx))
+	if err != nil {
+		return nil, nil, 0, errno(d.fsys.log, "create", err)
+	}
+	ch := d.child(ctx, name, fi, out)
+	f := ch.Operations().(*fileNode)
+	h, e := f.openWriter(ctx, true)
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	return ch, h, 0, 0
+}
+
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := d.fsys.s.StatFS()
+	if err != nil {
+		return errno(d.fsys.log, "statfs", err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize, out.NameLen = st.Bsize, st.Bsize, 255
+	return 0
+}
+
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (d *dirNode) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// Fsync of a directory has nothing to do: every change of names is
+// committed, synced, in its own transaction before the call returns.
+func (d *dirNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}

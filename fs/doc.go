@@ -1,0 +1,22 @@
+// Package fs is the FUSE layer of kvfs: go-fuse nodes and handles over
+// store.Store, and nothing else. Every operation translates a FUSE call
+// into a store call and a store error into an errno (errno.go, the one
+// mapping).
+//
+// Writes go to a spool file per file being written; the spool is ingested
+// when the writer calls fsync and when the last writer's handle is flushed
+// or released, so the engine's protocol (write a tmp file, fsync, rename)
+// commits before the rename. Each commit gives the content a new store
+// inode; the file's node follows it, and readers that opened the earlier
+// version keep it until they close.
+//
+// Committed files are immutable, so opens keep the kernel's page cache
+// (FOPEN_KEEP_CACHE) unless the node's content changed since its last
+// open, and entries and attributes get long timeouts: every change goes
+// through this daemon, and the kernel learns of it from the operation
+// itself.
+//
+// Symbolic links, hard links and device nodes are not supported: kvfs holds
+// snapshots, and each file has exactly one name. symlink(2), link(2) and
+// mknod(2) fail with EPERM, as on filesystems without them.
+package fs

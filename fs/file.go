@@ -1,0 +1,315 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"io"
+	iofs "io/fs"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/store"
+)
+
+// fileNode is a regular file.
+type fileNode struct {
+	node
+
+	mu sync.Mutex // guards everything below, and serialises commits
+	// sp holds the content being written, shared by every write handle;
+	// nil when no one writes.
+	sp      *spool
+	writers int
+	// version counts commits; cached is the version whose pages the
+	// kernel may hold, so an open after a commit drops them.
+	version, cached uint64
+}
+
+// spool is a file being written: its bytes in a file of the store's spool
+// directory, until they are committed.
+type spool struct {
+	f     *os.File
+	size  int64
+	dirty bool // changed since the last commit
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fi, err := f.fsys.s.StatIno(f.ino.Load())
+	if err != nil {
+		return errno(f.fsys.log, "getattr", err)
+	}
+	fillAttr(fi, &out.Attr)
+	f.mu.Lock()
+	if f.sp != nil {
+		out.Size = uint64(f.sp.size)
+		out.Blocks = (out.Size + 511) / 512
+	}
+	f.mu.Unlock()
+	return 0
+}
+
+func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if size, ok := in.GetSize(); ok {
+		if e := f.truncate(ctx, int64(size)); e != 0 {
+			return e
+		}
+	}
+	fi, e := f.setattr(ctx, in)
+	if e != 0 {
+		return e
+	}
+	fillAttr(fi, &out.Attr)
+	f.mu.Lock()
+	if f.sp != nil {
+		out.Size = uint64(f.sp.size)
+	}
+	f.mu.Unlock()
+	return 0
+}
+
+// truncate sets the file's size: in the spool when it is being written,
+// otherwise as a new version committed at once.
+func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	temp := f.sp == nil
+	if temp {
+		if e := f.startSpool(ctx, size == 0); e != 0 {
+			return e
+		}
+	}
+	if err := f.sp.f.Truncate(size); err != nil {
+		return errno(f.fsys.log, "truncate", err)
+	}
+	f.sp.size, f.sp.dirty = size, true
+	if !temp {
+		return 0
+	}
+	e := f.commitLocked(ctx)
+	f.dropSpool()
+	return e
+}
+
+// startSpool begins writing: a spool file, holding the committed content
+// unless empty is set (O_TRUNC), so that writes into the middle of an
+// existing file keep the rest (copy-on-write). Called with f.mu held.
+func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
+	sf, err := os.CreateTemp(f.fsys.spool, "w-")
+	if err != nil {
+		return errno(f.fsys.log, "create spool", err)
+	}
+	sp := &spool{f: sf}
+	if !empty {
+		src, err := f.fsys.s.OpenIno(f.ino.Load())
+		if err != nil {
+			sf.Close()
+			os.Remove(sf.Name())
+			return errno(f.fsys.log, "open for write", err)
+		}
+		_, err = io.Copy(sf, io.NewSectionReader(src, 0, src.Size()))
+		sp.size = src.Size()
+		src.Close()
+		if err != nil {
+			sf.Close()
+			os.Remove(sf.Name())
+			return errno(f.fsys.log, "copy to spool", err)
+		}
+	}
+	f.sp = sp
+	return 0
+}
+
+// dropSpool discards the spool. Called with f.mu held.
+func (f *fileNode) dropSpool() {
+	if f.sp != nil {
+		f.sp.f.Close()
+		os.Remove(f.sp.f.Name())
+		f.sp = nil
+	}
+}
+
+// commitLocked ingests the spool as the file's new content if it changed.
+// A file that lost its name while being written is not stored: its bytes
+// die with the spool, as an unlinked file's do. Called with f.mu held.
+func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
+	if f.sp == nil || !f.sp.dirty {
+		return 0
+	}
+	fi, _, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, time.Now())
+	if errors.Is(err, iofs.ErrNotExist) {
+		f.sp.dirty = false
+		return 0
+	}
+	if err != nil {
+		return errno(f.fsys.log, "commit", err)
+	}
+	f.ino.Store(fi.Ino)
+	f.sp.dirty = false
+	f.version++
+	return 0
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		h, e := f.openWriter(ctx, flags&syscall.O_TRUNC != 0)
+		return h, 0, e
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sp != nil {
+		// Being written: readers see the writer's bytes.
+		return &spoolReader{f: f}, fuse.FOPEN_DIRECT_IO, 0
+	}
+	sf, err := f.fsys.s.OpenIno(f.ino.Load())
+	if err != nil {
+		return nil, 0, errno(f.fsys.log, "open", err)
+	}
+	var fl uint32
+	if f.cached == f.version {
+		fl = fuse.FOPEN_KEEP_CACHE
+	}
+	f.cached = f.version
+	return &reader{f: sf, fsys: f.fsys}, fl, 0
+}
+
+// openWriter returns a write handle on the file's spool, starting it if
+// needed.
+func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sp == nil {
+		if e := f.startSpool(ctx, trunc); e != 0 {
+			return nil, e
+		}
+	} else if trunc {
+		if err := f.sp.f.Truncate(0); err != nil {
+			return nil, errno(f.fsys.log, "truncate", err)
+		}
+		f.sp.size = 0
+	}
+	if trunc {
+		f.sp.dirty = true
+	}
+	f.writers++
+	return &writer{f: f}, 0
+}
+
+// reader reads a committed version of a file.
+type reader struct {
+	f    *store.File
+	fsys *FS
+}
+
+func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := r.f.ReadAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, errno(r.fsys.log, "read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (r *reader) Release(ctx context.Context) syscall.Errno {
+	return errno(r.fsys.log, "release", r.f.Close())
+}
+
+// spoolReader reads a file that is being written, from its spool.
+type spoolReader struct{ f *fileNode }
+
+func (r *spoolReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return r.f.readSpool(ctx, dest, off)
+}
+
+func (f *fileNode) readSpool(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sp == nil {
+		// Committed and closed meanwhile: read the committed version.
+		sf, err := f.fsys.s.OpenIno(f.ino.Load())
+		if err != nil {
+			return nil, errno(f.fsys.log, "read", err)
+		}
+		defer sf.Close()
+		n, err := sf.ReadAt(dest, off)
+		if err != nil && err != io.EOF {
+			return nil, errno(f.fsys.log, "read", err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
+	}
+	if off >= f.sp.size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n, err := f.sp.f.ReadAt(dest[:min(int64(len(dest)), f.sp.size-off)], off)
+	if err != nil && err != io.EOF {
+		return nil, errno(f.fsys.log, "read spool", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// writer is a handle open for writing.
+type writer struct {
+	f        *fileNode
+	released bool
+}
+
+func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	f := w.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.sp.f.WriteAt(data, off)
+	if end := off + int64(n); end > f.sp.size {
+		f.sp.size = end
+	}
+	if n > 0 {
+		f.sp.dirty = true
+	}
+	if err != nil {
+		return uint32(n), errno(f.fsys.log, "write", err)
+	}
+	return uint32(n), 0
+}
+
+func (w *writer) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return w.f.readSpool(ctx, dest, off)
+}
+
+// Flush runs at every close(2) of the handle: the content is committed, so
+// that a file closed by cp is stored when cp returns.
+func (w *writer) Flush(ctx context.Context) syscall.Errno {
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	return w.f.commitLocked(ctx)
+}
+
+// Fsync commits the file's pending writes, whichever handle (or none)
+// it comes through: once it returns, the content is durable. A file with
+// nothing pending is durable already.
+func (f *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.commitLocked(ctx)
+}
+
+// Release commits what is left and, for the last writer, drops the spool.
+func (w *writer) Release(ctx context.Context) syscall.Errno {
+	f := w.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.released {
+		return 0
+	}
+	w.released = true
+	e := f.commitLocked(context.Background()) // the caller has gone; finish the work
+	f.writers--
+	if f.writers == 0 {
+		f.dropSpool()
+	}
+	return e
+}
+
+func (w *writer) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return w.f.Getattr(ctx, w, out)
+}

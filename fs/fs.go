@@ -1,0 +1,88 @@
+package fs
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/store"
+)
+
+// Options configure a mount.
+type Options struct {
+	Logger     *slog.Logger
+	AllowOther bool // let other users than the mounter use the mount
+	DebugFUSE  bool // log every FUSE request
+	// Timeout is the kernel's entry and attribute timeout.
+	Timeout time.Duration
+}
+
+// FS is a mounted store.
+type FS struct {
+	s     *store.Store
+	log   *slog.Logger
+	spool string // directory of spool files
+}
+
+// requestBytes is the size of FUSE read and write requests (and of the
+// mount's readahead), large enough for snapshot-sized sequential I/O.
+const requestBytes = 1 << 20
+
+// Mount mounts s at mnt and returns the server, already serving. As root it
+// mounts directly (no fusermount); otherwise through fusermount3.
+func Mount(mnt string, s *store.Store, opts Options) (*fuse.Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Hour
+	}
+	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool")}
+	root := &dirNode{node: node{fsys: fsys}}
+	root.ino.Store(1)
+	neg := time.Duration(0)
+	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
+	fo := &gofs.Options{
+		EntryTimeout:    &opts.Timeout,
+		AttrTimeout:     &opts.Timeout,
+		NegativeTimeout: &neg,
+		Logger:          golog,
+		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		MountOptions: fuse.MountOptions{
+			FsName:            s.Dir(),
+			Name:              "kvfs",
+			AllowOther:        opts.AllowOther,
+			MaxWrite:          requestBytes,
+			MaxReadAhead:      requestBytes,
+			Debug:             opts.DebugFUSE,
+			Logger:            golog,
+			DirectMountStrict: os.Geteuid() == 0,
+			Options:           []string{"default_permissions"},
+		},
+	}
+	srv, err := gofs.Mount(mnt, root, fo)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
+	}
+	setReadahead(mnt, requestBytes/1024, opts.Logger)
+	return srv, nil
+}
+
+// setReadahead raises the mount's readahead to match the request size, so
+// that sequential reads arrive as 1 MiB requests (root only; best effort).
+func setReadahead(mnt string, kb int, log *slog.Logger) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); err != nil {
+		return
+	}
+	major, minor := (st.Dev>>8)&0xfff, (st.Dev&0xff)|((st.Dev>>12)&0xfff00)
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", major, minor)
+	if err := os.WriteFile(p, []byte(fmt.Sprint(kb)), 0o644); err != nil {
+		log.Debug("cannot raise readahead", "path", p, "err", err)
+	}
+}

@@ -1,0 +1,133 @@
+package fs
+
+import (
+	"context"
+	iofs "io/fs"
+	"sync/atomic"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/store"
+)
+
+// node is what files and directories share: the go-fuse inode and the
+// store inode it shows. A file's store inode changes at each commit, so it
+// is read and replaced atomically.
+type node struct {
+	gofs.Inode
+	fsys *FS
+	ino  atomic.Uint64
+}
+
+// fillAttr copies store attributes into a FUSE attribute.
+func fillAttr(fi *store.FileInfo, a *fuse.Attr) {
+	a.Size = uint64(fi.Size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = requestBytes
+	a.Mode = unixMode(fi.Mode)
+	a.Nlink = 1
+	if fi.IsDir() {
+		a.Nlink = 2
+	}
+	a.Uid, a.Gid = fi.UID, fi.GID
+	m := uint64(fi.Mtime.UnixNano())
+	a.Mtime, a.Mtimensec = m/1e9, uint32(m%1e9)
+	a.Atime, a.Atimensec = a.Mtime, a.Mtimensec
+	c := uint64(fi.Ctime.UnixNano())
+	if fi.Ctime.IsZero() {
+		c = m
+	}
+	a.Ctime, a.Ctimensec = c/1e9, uint32(c%1e9)
+}
+
+// unixMode converts a Go file mode to st_mode bits.
+func unixMode(m iofs.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&iofs.ModeSetuid != 0 {
+		mode |= syscall.S_ISUID
+	}
+	if m&iofs.ModeSetgid != 0 {
+		mode |= syscall.S_ISGID
+	}
+	if m&iofs.ModeSticky != 0 {
+		mode |= syscall.S_ISVTX
+	}
+	if m.IsDir() {
+		return mode | syscall.S_IFDIR
+	}
+	return mode | syscall.S_IFREG
+}
+
+// goMode converts st_mode permission bits to a Go file mode.
+func goMode(mode uint32) iofs.FileMode {
+	m := iofs.FileMode(mode & 0o777)
+	if mode&syscall.S_ISUID != 0 {
+		m |= iofs.ModeSetuid
+	}
+	if mode&syscall.S_ISGID != 0 {
+		m |= iofs.ModeSetgid
+	}
+	if mode&syscall.S_ISVTX != 0 {
+		m |= iofs.ModeSticky
+	}
+	return m
+}
+
+// owner is the caller of a request, who owns what it creates.
+func owner(ctx context.Context) store.Owner {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return store.Owner{UID: c.Uid, GID: c.Gid}
+	}
+	return store.Owner{}
+}
+
+// child returns the go-fuse inode for a store entry: the existing child
+// node when it still shows that entry, else a new one.
+func (n *node) child(ctx context.Context, name string, fi *store.FileInfo, out *fuse.EntryOut) *gofs.Inode {
+	fillAttr(fi, &out.Attr)
+	if ch := n.GetChild(name); ch != nil {
+		if op, ok := ch.Operations().(interface{ storeIno() uint64 }); ok && op.storeIno() == fi.Ino {
+			return ch
+		}
+	}
+	var ops gofs.InodeEmbedder
+	mode := uint32(syscall.S_IFREG)
+	if fi.IsDir() {
+		d := &dirNode{node: node{fsys: n.fsys}}
+		d.ino.Store(fi.Ino)
+		ops, mode = d, syscall.S_IFDIR
+	} else {
+		f := &fileNode{node: node{fsys: n.fsys}}
+		f.ino.Store(fi.Ino)
+		ops = f
+	}
+	return n.NewInode(ctx, ops, gofs.StableAttr{Mode: mode, Ino: fi.Ino})
+}
+
+func (n *node) storeIno() uint64 { return n.ino.Load() }
+
+// setattr applies the attribute part of a setattr (not the size).
+func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo, syscall.Errno) {
+	var c store.AttrChange
+	changed := false
+	if mode, ok := in.GetMode(); ok {
+		m := goMode(mode)
+		c.Mode, changed = &m, true
+	}
+	if uid, ok := in.GetUID(); ok {
+		c.UID, changed = &uid, true
+	}
+	if gid, ok := in.GetGID(); ok {
+		c.GID, changed = &gid, true
+	}
+	if mt, ok := in.GetMTime(); ok {
+		c.Mtime, changed = &mt, true
+	}
+	if !changed {
+		fi, err := n.fsys.s.StatIno(n.ino.Load())
+		return fi, errno(n.fsys.log, "getattr", err)
+	}
+	fi, err := n.fsys.s.SetAttr(n.ino.Load(), c)
+	return fi, errno(n.fsys.log, "setattr", err)
+}

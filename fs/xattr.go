@@ -1,0 +1,143 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
+)
+
+// kvfsPrefix names the read-only attributes kvfs computes for each file.
+const kvfsPrefix = "user.kvfs."
+
+// virtualXattr computes one of the user.kvfs.* attributes.
+func (n *node) virtualXattr(name string) ([]byte, error) {
+	ino := n.ino.Load()
+	fi, err := n.fsys.s.StatIno(ino)
+	if err != nil {
+		return nil, err
+	}
+	switch name {
+	case "user.kvfs.kind":
+		return []byte(fi.Kind), nil
+	case "user.kvfs.manifest":
+		return []byte(fi.ManifestID), nil
+	case "user.kvfs.logical_bytes":
+		return []byte(fmt.Sprint(fi.Size)), nil
+	case "user.kvfs.stored_bytes", "user.kvfs.shared_bytes":
+		u, err := n.fsys.s.Usage(ino)
+		if err != nil {
+			return nil, err
+		}
+		if name == "user.kvfs.stored_bytes" {
+			return []byte(fmt.Sprint(u.Stored)), nil
+		}
+		return []byte(fmt.Sprint(u.Shared)), nil
+	case "user.kvfs.format", "user.kvfs.model", "user.kvfs.tokens":
+		if fi.Kind != "mlxkv" {
+			return nil, store.ErrNoAttr
+		}
+		f, err := n.fsys.s.OpenIno(ino)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		snap, err := mlx.Parse(f, f.Size(), fi.Name)
+		if err != nil {
+			return nil, store.ErrNoAttr
+		}
+		switch name {
+		case "user.kvfs.format":
+			return []byte(fmt.Sprint(snap.Header.FormatVersion)), nil
+		case "user.kvfs.model":
+			return []byte(snap.Header.ModelID), nil
+		}
+		return []byte(fmt.Sprint(len(snap.Header.Tokens))), nil
+	}
+	return nil, store.ErrNoAttr
+}
+
+var virtualNames = []string{"user.kvfs.kind", "user.kvfs.manifest", "user.kvfs.logical_bytes", "user.kvfs.stored_bytes", "user.kvfs.shared_bytes"}
+var snapshotNames = []string{"user.kvfs.format", "user.kvfs.model", "user.kvfs.tokens"}
+
+// copyOut follows the getxattr/listxattr protocol: a zero-length buffer
+// asks for the size; a short one is ERANGE.
+func copyOut(v []byte, dest []byte) (uint32, syscall.Errno) {
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	var v []byte
+	var err error
+	if strings.HasPrefix(attr, kvfsPrefix) {
+		v, err = n.virtualXattr(attr)
+	} else {
+		v, err = n.fsys.s.Xattr(n.ino.Load(), attr)
+	}
+	if err != nil {
+		return 0, errno(n.fsys.log, "getxattr", err)
+	}
+	return copyOut(v, dest)
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fsys.s.Xattrs(n.ino.Load())
+	if err != nil {
+		return 0, errno(n.fsys.log, "listxattr", err)
+	}
+	if fi, err := n.fsys.s.StatIno(n.ino.Load()); err == nil && !fi.IsDir() {
+		names = append(names, virtualNames...)
+		if fi.Kind == "mlxkv" {
+			names = append(names, snapshotNames...)
+		}
+	}
+	var b []byte
+	for _, s := range names {
+		b = append(append(b, s...), 0)
+	}
+	return copyOut(b, dest)
+}
+
+// Only user.* attributes are stored; user.kvfs.* are computed.
+func checkSettable(attr string) error {
+	switch {
+	case strings.HasPrefix(attr, kvfsPrefix):
+		return store.ErrReadOnly
+	case !strings.HasPrefix(attr, "user."):
+		return errors.New("only user.* attributes are supported")
+	}
+	return nil
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if err := checkSettable(attr); err != nil {
+		if errors.Is(err, store.ErrReadOnly) {
+			return syscall.EPERM
+		}
+		return syscall.ENOTSUP
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return errno(n.fsys.log, "setxattr", n.fsys.s.SetXattr(n.ino.Load(), attr, data, int(flags)))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if err := checkSettable(attr); err != nil {
+		if errors.Is(err, store.ErrReadOnly) {
+			return syscall.EPERM
+		}
+		return syscall.ENODATA
+	}
+	return errno(n.fsys.log, "removexattr", n.fsys.s.SetXattr(n.ino.Load(), attr, nil, 0))
+}

@@ -1,0 +1,325 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/store"
+)
+
+func randFile(t testing.TB, path string, n int, seed uint64) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCpInOut copies files into the mount and back out with cp, in
+// separate processes, and compares them byte for byte: empty, small, and
+// a 1 GiB sparse file with holes.
+func TestCpInOut(t *testing.T) {
+	m := newMount(t)
+	src := t.TempDir()
+	randFile(t, filepath.Join(src, "small"), 100_000, 1)
+	if err := os.WriteFile(filepath.Join(src, "empty"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sparse := filepath.Join(src, "sparse")
+	f, err := os.Create(sparse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 300 << 20, 700<<20 + 12345} {
+		f.WriteAt(bytes.Repeat([]byte{0xab, 0xcd}, 1<<19), off)
+	}
+	f.Truncate(1 << 30)
+	f.Close()
+	out := t.TempDir()
+	for _, name := range []string{"empty", "small", "sparse"} {
+		sh(t, fmt.Sprintf("cp %s %s && cp %s %s && cmp %s %s",
+			filepath.Join(src, name), m.path(name), m.path(name), filepath.Join(out, name),
+			filepath.Join(src, name), filepath.Join(out, name)))
+	}
+	ls := sh(t, "ls -ln "+m.mnt)
+	for _, want := range []string{" 0 ", " 100000 ", " 1073741824 "} {
+		if !strings.Contains(ls, want) {
+			t.Errorf("ls -l lacks size%s:\n%s", want, ls)
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.mnt, &st); err != nil || st.Blocks == 0 {
+		t.Errorf("statfs: %+v %v", st, err)
+	}
+}
+
+func TestMvRmMkdir(t *testing.T) {
+	m := newMount(t)
+	src := filepath.Join(t.TempDir(), "f")
+	want := randFile(t, src, 300_000, 2)
+	sh(t, fmt.Sprintf("mkdir -p %[1]s/a/b && cp %[2]s %[1]s/a/b/f && mv %[1]s/a/b/f %[1]s/a/g && mv %[1]s/a %[1]s/c && rmdir %[1]s/c/b", m.mnt, src))
+	got, err := os.ReadFile(m.path("c/g"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after mv: %v", err)
+	}
+	for _, bad := range []string{"rmdir " + m.path("c"), "rm " + m.path("c/nope"), "mv " + m.path("c") + " " + m.path("c/g/x")} {
+		if err := exec.Command("sh", "-c", bad).Run(); err == nil {
+			t.Errorf("%q succeeded", bad)
+		}
+	}
+	if err := exec.Command("ln", "-s", "x", m.path("c/link")).Run(); err == nil {
+		t.Error("symlink succeeded; kvfs does not support symlinks")
+	}
+	sh(t, fmt.Sprintf("rm %[1]s/c/g && rmdir %[1]s/c", m.mnt))
+	if ents, _ := os.ReadDir(m.mnt); len(ents) != 0 {
+		t.Fatalf("left: %v", ents)
+	}
+	// rename(2) with RENAME_NOREPLACE refuses an existing target.
+	os.WriteFile(m.path("x"), []byte("x"), 0o644)
+	os.WriteFile(m.path("y"), []byte("y"), 0o644)
+	err = renameat2(m.path("x"), m.path("y"), 1)
+	if err != syscall.EEXIST {
+		t.Errorf("RENAME_NOREPLACE over an existing file: %v", err)
+	}
+}
+
+func renameat2(from, to string, flags uint) error {
+	return renameat2sys(from, to, flags)
+}
+
+func TestMmapReader(t *testing.T) {
+	m := newMount(t)
+	src := filepath.Join(t.TempDir(), "f")
+	randFile(t, src, 5<<20+333, 3)
+	sh(t, fmt.Sprintf("cp %s %s", src, m.path("f")))
+	runClientOK(t, "mmapcmp", m.path("f"), src)
+}
+
+// TestConcurrentProcesses: 8 processes write and 8 read at once.
+func TestConcurrentProcesses(t *testing.T) {
+	m := newMount(t)
+	dir := t.TempDir()
+	var srcs []string
+	for i := 0; i < 8; i++ {
+		p := filepath.Join(dir, fmt.Sprint(i))
+		b := randFile(t, p, 2<<20, uint64(i))
+		copy(b[:1<<20], bytes.Repeat([]byte{byte(i % 2)}, 1<<20)) // shared halves
+		os.WriteFile(p, b, 0o644)
+		srcs = append(srcs, p)
+	}
+	sh(t, fmt.Sprintf("cp %s %s", srcs[0], m.path("shared")))
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 8; i++ {
+		wg.Add(2)
+		go func(i int) {
+			defer wg.Done()
+			out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s %s && cmp %s %s", srcs[i], m.path(fmt.Sprint("w", i)), srcs[i], m.path(fmt.Sprint("w", i)))).CombinedOutput()
+			if err != nil {
+				errs <- fmt.Errorf("writer %d: %v %s", i, err, out)
+			}
+		}(i)
+		go func(i int) {
+			defer wg.Done()
+			out, err := exec.Command("sh", "-c", fmt.Sprintf("for k in 1 2 3; do cmp %s %s || exit 1; done", srcs[0], m.path("shared"))).CombinedOutput()
+			if err != nil {
+				errs <- fmt.Errorf("reader %d: %v %s", i, err, out)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestRenameOverOpenReader: a reader that holds the old file open keeps
+// reading the old bytes after another file is renamed over it.
+func TestRenameOverOpenReader(t *testing.T) {
+	m := newMount(t)
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old")
+	randFile(t, old, 3<<20, 4)
+	randFile(t, filepath.Join(dir, "new"), 2<<20, 5)
+	sh(t, fmt.Sprintf("cp %s %s && cp %s %s", old, m.path("f"), filepath.Join(dir, "new"), m.path("f.tmp")))
+	cmd := client("holdread", m.path("f"), old)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 5)
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "open\n" {
+		t.Fatalf("client: %q %v %s", line, err, stderr.String())
+	}
+	if err := os.Rename(m.path("f.tmp"), m.path("f")); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n"))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("reader of the replaced file: %v %s", err, stderr.String())
+	}
+	sh(t, fmt.Sprintf("cmp %s %s", filepath.Join(dir, "new"), m.path("f")))
+}
+
+// TestEngineProtocol writes snapshots into the mount as the engine does,
+// in both layouts, and reads them back with verification.
+func TestEngineProtocol(t *testing.T) {
+	m := newMount(t)
+	for _, layout := range []string{"whole", "blocks"} {
+		dir := m.path("fp/" + layout)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		runClientOK(t, "engine", dir, layout, "300")
+		runClientOK(t, "engine", dir, layout, "400")
+		for _, n := range []int{300, 400} {
+			out := kvfs(t, "inspect", "--verify", filepath.Join(dir, fmt.Sprintf("snap-%d.mlxkv", n)))
+			if !strings.Contains(out, "verify:       ok") || !strings.Contains(out, fmt.Sprintf("tokens:       %d", n)) {
+				t.Fatalf("%s: %s", layout, out)
+			}
+		}
+	}
+	if ents, _ := os.ReadDir(m.path("fp/blocks/blocks")); len(ents) == 0 {
+		t.Fatal("no blocks written")
+	}
+	// The second snapshot shared the first one's rows.
+	v, err := getxattr(m.path("fp/whole/snap-400.mlxkv"), "user.kvfs.shared_bytes")
+	if err != nil || v == "0" {
+		t.Fatalf("shared bytes of the 400-token snapshot: %q %v", v, err)
+	}
+	if v, _ := getxattr(m.path("fp/whole/snap-400.mlxkv"), "user.kvfs.tokens"); v != "400" {
+		t.Fatalf("user.kvfs.tokens = %q", v)
+	}
+}
+
+func getxattr(path, name string) (string, error) {
+	buf := make([]byte, 256)
+	n, err := syscall.Getxattr(path, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func TestXattrs(t *testing.T) {
+	m := newMount(t)
+	p := m.path("f")
+	os.WriteFile(p, []byte("hello"), 0o644)
+	if err := syscall.Setxattr(p, "user.note", []byte("v1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := getxattr(p, "user.note"); err != nil || v != "v1" {
+		t.Fatalf("user.note = %q %v", v, err)
+	}
+	if err := syscall.Setxattr(p, "user.kvfs.kind", []byte("x"), 0); err != syscall.EPERM {
+		t.Fatalf("set read-only attribute: %v", err)
+	}
+	if v, _ := getxattr(p, "user.kvfs.logical_bytes"); v != "5" {
+		t.Fatalf("logical bytes %q", v)
+	}
+	if _, err := getxattr(p, "user.missing"); err != syscall.ENODATA {
+		t.Fatalf("missing attribute: %v", err)
+	}
+	if err := syscall.Removexattr(p, "user.note"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCorruptChunkEIO: with --verify, a corrupted chunk reads as EIO.
+func TestCorruptChunkEIO(t *testing.T) {
+	m := newMount(t, "--verify")
+	src := filepath.Join(t.TempDir(), "f")
+	randFile(t, src, 1<<20, 6)
+	sh(t, fmt.Sprintf("cp %s %s", src, m.path("f")))
+	kvfs(t, "unmount", m.mnt)
+	waitUnmounted(t, m)
+	packs, _ := filepath.Glob(filepath.Join(m.store, "packs", "*.pack"))
+	raw, _ := os.ReadFile(packs[0])
+	raw[200_000] ^= 0xff
+	os.WriteFile(packs[0], raw, 0o600)
+	m.start(t, "--verify")
+	_, err := os.ReadFile(m.path("f"))
+	if pe, ok := err.(*os.PathError); !ok || pe.Err != syscall.EIO {
+		t.Fatalf("read of a corrupt chunk: %v", err)
+	}
+	log, _ := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
+	if !strings.Contains(string(log), "corrupt chunk") {
+		t.Errorf("corruption not logged:\n%s", log)
+	}
+	// Restore the byte so that the cleanup check passes.
+	kvfs(t, "unmount", m.mnt)
+	waitUnmounted(t, m)
+	raw[200_000] ^= 0xff
+	os.WriteFile(packs[0], raw, 0o600)
+}
+
+func waitUnmounted(t testing.TB, m *mount) {
+	t.Helper()
+	s := m.openStore(t) // succeeds once the daemon has exited
+	s.Close()
+}
+
+// TestKillDaemon: SIGKILL the daemon while processes write, remount, and
+// find every file that was committed before the kill intact.
+func TestKillDaemon(t *testing.T) {
+	m := newMount(t)
+	src := t.TempDir()
+	var committed []string
+	for i := 0; i < 5; i++ {
+		p := filepath.Join(src, fmt.Sprint(i))
+		randFile(t, p, 1<<20+i*777, uint64(10+i))
+		sh(t, fmt.Sprintf("cp %s %s && sync %s", p, m.path(fmt.Sprint(i)), m.path(fmt.Sprint(i))))
+		committed = append(committed, p)
+	}
+	big := filepath.Join(src, "big")
+	randFile(t, big, 64<<20, 99)
+	writers := exec.Command("sh", "-c", fmt.Sprintf("for k in 1 2 3 4 5 6 7 8; do cp %s %s/w$k & done; wait", big, m.mnt))
+	writers.Start()
+	time.Sleep(300 * time.Millisecond)
+	pid := daemonPID(t, m)
+	syscall.Kill(pid, syscall.SIGKILL)
+	writers.Wait()
+	exec.Command(kvfsBin, "unmount", "--lazy", m.mnt).Run()
+	waitUnmounted(t, m)
+	s := m.openStore(t)
+	if err := s.Check(context.Background(), store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	m.start(t)
+	for i, p := range committed {
+		sh(t, fmt.Sprintf("cmp %s %s", p, m.path(fmt.Sprint(i))))
+	}
+}
+
+// daemonPID finds the kvfs daemon serving m.
+func daemonPID(t testing.TB, m *mount) int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "kvfs mount --foreground .*"+m.store).Output()
+	if err != nil {
+		t.Fatalf("find daemon: %v", err)
+	}
+	var pid int
+	fmt.Sscan(string(out), &pid)
+	return pid
+}
