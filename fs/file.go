@@ -185,14 +185,17 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 		if e := f.startSpool(ctx, trunc); e != 0 {
 			return nil, e
 		}
-	} else if trunc {
+		if trunc {
+			// Truncating a non-empty file is a change to commit; a new
+			// (empty) file is committed already.
+			fi, err := f.fsys.s.StatIno(f.ino.Load())
+			f.sp.dirty = err != nil || fi.Size > 0
+		}
+	} else if trunc && f.sp.size > 0 {
 		if err := f.sp.f.Truncate(0); err != nil {
 			return nil, errno(f.fsys.log, "truncate", err)
 		}
-		f.sp.size = 0
-	}
-	if trunc {
-		f.sp.dirty = true
+		f.sp.size, f.sp.dirty = 0, true
 	}
 	f.writers++
 	return &writer{f: f}, 0

@@ -26,9 +26,13 @@ func fillAttr(fi *store.FileInfo, a *fuse.Attr) {
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = requestBytes
 	a.Mode = unixMode(fi.Mode)
-	a.Nlink = 1
-	if fi.IsDir() {
+	switch {
+	case fi.IsDir():
 		a.Nlink = 2
+	case fi.Name == "":
+		a.Nlink = 0 // removed while open
+	default:
+		a.Nlink = 1
 	}
 	a.Uid, a.Gid = fi.UID, fi.GID
 	m := uint64(fi.Mtime.UnixNano())

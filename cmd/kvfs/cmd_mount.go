@@ -182,7 +182,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 			}
 			if err != nil {
 				log.Warn("mount busy; detaching", "err", err)
-				syscall.Unmount(mnt, syscall.MNT_DETACH)
+				syscall.Unmount(mnt, detachFlag)
 			}
 		}
 	}
@@ -201,7 +201,7 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if os.Geteuid() == 0 {
 		flags := 0
 		if *lazy {
-			flags = syscall.MNT_DETACH
+			flags = detachFlag
 		}
 		if err := syscall.Unmount(mnt, flags); err != nil {
 			return &os.PathError{Op: "unmount", Path: mnt, Err: err}
