@@ -258,4 +258,3 @@ func BenchmarkBranches(b *testing.B) {
 		b.StartTimer()
 	}
 }
-
