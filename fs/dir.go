@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"errors"
+	iofs "io/fs"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -36,6 +38,10 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
+	if errors.Is(err, iofs.ErrNotExist) {
+		// blocks/<sha256> exists for any blob the store holds.
+		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name)
+	}
 	if err != nil {
 		return nil, errno(d.fsys.log, "lookup", err)
 	}

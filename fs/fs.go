@@ -20,6 +20,9 @@ type Options struct {
 	DebugFUSE  bool // log every FUSE request
 	// Timeout is the kernel's entry and attribute timeout.
 	Timeout time.Duration
+	// ExpireEvery is how often blobs past their grace period are
+	// released; 0 means a minute.
+	ExpireEvery time.Duration
 }
 
 // FS is a mounted store.
@@ -70,7 +73,32 @@ func Mount(mnt string, s *store.Store, opts Options) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
 	setReadahead(mnt, requestBytes/1024, opts.Logger)
+	if opts.ExpireEvery == 0 {
+		opts.ExpireEvery = time.Minute
+	}
+	go fsys.expireBlobs(srv, opts.ExpireEvery)
 	return srv, nil
+}
+
+// expireBlobs releases blobs past their grace period until the server
+// stops.
+func (fsys *FS) expireBlobs(srv *fuse.Server, every time.Duration) {
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			if n, err := fsys.s.ExpireBlobs(now); err != nil {
+				fsys.log.Warn("expire blobs", "err", err)
+			} else if n > 0 {
+				fsys.log.Info("released blobs past their grace period", "blobs", n)
+			}
+		}
+	}
 }
 
 // setReadahead raises the mount's readahead to match the request size, so

@@ -3,6 +3,8 @@ package manifest
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,7 +27,10 @@ var (
 	bucketSnaps     = []byte("snaps")     // layout key ‖ ino → tokens (u32 LE)
 	bucketOrphans   = []byte("orphans")   // ino → nothing
 	bucketPacks     = []byte("packs")     // pack → Pack
-	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks}
+	bucketBlobRecs  = []byte("blobrecs")  // sha256 → BlobRecord (JSON)
+	bucketBlobData  = []byte("blobdata")  // sha256 → Manifest of the blob's content
+	bucketPins      = []byte("pins")      // ino → sha256s (32 bytes each) a format-5 manifest lists
+	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks, bucketBlobRecs, bucketBlobData, bucketPins}
 
 	keyVersion   = []byte("version")
 	keyChunkSize = []byte("chunkSize")
@@ -440,4 +445,97 @@ func (t *Tx) Unindex(n *Inode) error {
 		return t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino))
 	}
 	return nil
+}
+
+// BlobRecord keeps a blob's content alive independently of its names: while
+// committed format-5 manifests list it (Pins), and for a grace period after
+// its last name goes (Grace, in ns since the epoch; 0 while it has names).
+type BlobRecord struct {
+	Pins       uint32 `json:"pins"`
+	Grace      int64  `json:"grace,omitempty"`
+	HasContent bool   `json:"hasContent"` // its manifest is in blobdata and holds chunk refs
+}
+
+// BlobRecord returns the record of a blob, or ErrNotFound.
+func (t *Tx) BlobRecord(hash string) (*BlobRecord, error) {
+	v := t.b(bucketBlobRecs).Get([]byte(hash))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	r := &BlobRecord{}
+	return r, json.Unmarshal(v, r)
+}
+
+// PutBlobRecord stores a blob's record.
+func (t *Tx) PutBlobRecord(hash string, r *BlobRecord) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return t.b(bucketBlobRecs).Put([]byte(hash), v)
+}
+
+// DeleteBlobRecord removes a blob's record and content manifest.
+func (t *Tx) DeleteBlobRecord(hash string) error {
+	if err := t.b(bucketBlobData).Delete([]byte(hash)); err != nil {
+		return err
+	}
+	return t.b(bucketBlobRecs).Delete([]byte(hash))
+}
+
+// BlobContent returns the manifest of a blob's content.
+func (t *Tx) BlobContent(hash string) (Manifest, error) {
+	v := t.b(bucketBlobData).Get([]byte(hash))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	var m Manifest
+	return m, m.UnmarshalBinary(v)
+}
+
+// PutBlobContent stores the manifest of a blob's content. It does not
+// change refcounts.
+func (t *Tx) PutBlobContent(hash string, m Manifest) error {
+	v, err := m.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return t.b(bucketBlobData).Put([]byte(hash), v)
+}
+
+// ForEachBlobRecord calls fn for every blob record.
+func (t *Tx) ForEachBlobRecord(fn func(hash string, r *BlobRecord) error) error {
+	return t.b(bucketBlobRecs).ForEach(func(k, v []byte) error {
+		r := &BlobRecord{}
+		if err := json.Unmarshal(v, r); err != nil {
+			return err
+		}
+		return fn(string(k), r)
+	})
+}
+
+// Pins returns the blob hashes (hex) an inode's format-5 manifest pins.
+func (t *Tx) Pins(ino uint64) []string {
+	v := t.b(bucketPins).Get(u64key(ino))
+	out := make([]string, 0, len(v)/32)
+	for i := 0; i+32 <= len(v); i += 32 {
+		out = append(out, hex.EncodeToString(v[i:i+32]))
+	}
+	return out
+}
+
+// PutPins records the blob hashes an inode pins (nil removes the entry).
+func (t *Tx) PutPins(ino uint64, hashes []string) error {
+	if len(hashes) == 0 {
+		return t.b(bucketPins).Delete(u64key(ino))
+	}
+	v := make([]byte, 0, 32*len(hashes))
+	for _, h := range hashes {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != 32 {
+			return fmt.Errorf("pin %q: not a sha256", h)
+		}
+		v = append(v, b...)
+	}
+	return t.b(bucketPins).Put(u64key(ino), v)
 }

@@ -20,8 +20,9 @@ type CheckOptions struct {
 // (joined), or nil:
 //
 //   - each chunk's refcount equals the number of committed manifests
-//     listing it, every listed chunk is in the index, and no chunk record
-//     has a zero refcount;
+//     listing it (files' and blob records'), every listed chunk is in the
+//     index, and no chunk record has a zero refcount;
+//   - each blob record's pins equal the format-5 manifests listing it;
 //   - every chunk lies inside its pack's committed length, in a range that
 //     is not punched out, and no two chunks overlap;
 //   - each pack's file is exactly its committed length (no ingest may be in
@@ -86,6 +87,40 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 		})
 		if err != nil {
 			return err
+		}
+		pins := map[string]uint32{}
+		err = tx.ForEachInode(func(n *manifest.Inode) error {
+			for _, h := range tx.Pins(n.Ino) {
+				pins[h]++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.ForEachBlobRecord(func(h string, r *manifest.BlobRecord) error {
+			if r.Pins != pins[h] {
+				bad("blob %s: %d pins, listed by %d format-5 manifests", h, r.Pins, pins[h])
+			}
+			delete(pins, h)
+			if !r.HasContent {
+				return nil
+			}
+			m, err := tx.BlobContent(h)
+			if err != nil {
+				bad("blob %s: %v", h, err)
+				return nil
+			}
+			for _, id := range m.Chunks() {
+				refs[id]++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for h, n := range pins {
+			bad("blob %s listed by %d format-5 manifests has no record", h, n)
 		}
 		err = tx.ForEachInode(func(n *manifest.Inode) error {
 			want := 1

@@ -801,6 +801,14 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			if err := tx.AddBlob(n.Blob, ino); err != nil {
 				return err
 			}
+			if err := blobStored(tx, n.Blob, m); err != nil {
+				return err
+			}
+		}
+		if len(in.plan.pins) > 0 {
+			if err := pinBlobs(tx, ino, in.plan.pins); err != nil {
+				return err
+			}
 		}
 		if err := touchDir(tx, parent); err != nil {
 			return err

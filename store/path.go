@@ -341,9 +341,15 @@ func (s *Store) dropInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc,
 		if err := tx.PutInode(n); err != nil {
 			return nil, err
 		}
-		return nil, tx.AddOrphan(n.Ino)
+		if err := tx.AddOrphan(n.Ino); err != nil {
+			return nil, err
+		}
+		if n.Blob != "" {
+			return s.retire(tx, n.Blob, time.Now())
+		}
+		return nil, nil
 	}
-	return releaseInode(tx, n)
+	return s.releaseInode(tx, n)
 }
 
 // Rename moves oldpath to newpath atomically, replacing a file (or an empty

@@ -50,6 +50,8 @@ type plan struct {
 	tokens []uint32
 	// parentIno is the snapshot whose rows were reused, 0 if none.
 	parentIno uint64
+	// pins are the distinct blocks a format-5 manifest lists.
+	pins []string
 }
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -94,6 +96,15 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 			}
 			p.regions = snapshotRegions(snap, parent)
 			return p
+		}
+		seen := map[string]bool{}
+		for _, t := range snap.Header.Slots() {
+			for _, b := range t.Blocks {
+				if !seen[b.Hash] {
+					seen[b.Hash] = true
+					p.pins = append(p.pins, b.Hash)
+				}
+			}
 		}
 	}
 	p.regions = cutEvery(0, size)

@@ -27,6 +27,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Verify checks every chunk read against its sha256.
 	Verify bool
+	// BlobGrace is how long a blob that no format-5 manifest lists
+	// outlives its last name; 0 means DefaultBlobGrace.
+	BlobGrace time.Duration
 	// PackBytes is the size at which ingests move to a new pack; 0 means
 	// blockstore.DefaultPackBytes.
 	PackBytes int64
@@ -45,6 +48,7 @@ type Store struct {
 	log       *slog.Logger
 	verify    bool
 	packBytes int64
+	blobGrace time.Duration
 
 	// beforeCommit, if set (by tests), runs between chunking and commit.
 	beforeCommit func()
@@ -98,6 +102,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.PackBytes <= 0 {
 		opts.PackBytes = blockstore.DefaultPackBytes
 	}
+	if opts.BlobGrace <= 0 {
+		opts.BlobGrace = DefaultBlobGrace
+	}
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
@@ -114,7 +121,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, open: map[uint64]int{}, held: map[uint32]bool{}}
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, open: map[uint64]int{}, held: map[uint32]bool{}}
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
@@ -220,7 +227,7 @@ func (s *Store) releaseOrphan(ino uint64) error {
 		if err != nil {
 			return err
 		}
-		freed, err = releaseInode(tx, n)
+		freed, err = s.releaseInode(tx, n)
 		return err
 	})
 	if err != nil {
@@ -230,8 +237,10 @@ func (s *Store) releaseOrphan(ino uint64) error {
 	return nil
 }
 
-// releaseInode deletes an inode and releases its manifest's chunks, in tx.
-func releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
+// releaseInode deletes an inode and releases its manifest's chunks, its
+// blob pins, and (through retire) a blob content it was the last name of,
+// in tx.
+func (s *Store) releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
 	var freed []blockstore.Loc
 	if !n.IsDir() {
 		m, err := tx.Manifest(n.Ino)
@@ -241,8 +250,23 @@ func releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) 
 		if freed, err = tx.Release(m.Chunks()); err != nil {
 			return nil, err
 		}
+		f, err := s.unpinBlobs(tx, n.Ino)
+		if err != nil {
+			return nil, err
+		}
+		freed = append(freed, f...)
 	}
-	return freed, tx.DeleteInode(n)
+	if err := tx.DeleteInode(n); err != nil {
+		return nil, err
+	}
+	if n.Blob != "" {
+		f, err := s.retire(tx, n.Blob, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		freed = append(freed, f...)
+	}
+	return freed, nil
 }
 
 // punch frees the space of released chunks. It runs after their release

@@ -323,3 +323,51 @@ func daemonPID(t testing.TB, m *mount) int {
 	fmt.Sscan(string(out), &pid)
 	return pid
 }
+
+// TestEngineBlocksRace: the engine's own race through the mount — one
+// process writes blocks, a collect in another process deletes them before
+// the manifest is renamed into place, the manifest lands: every block
+// still reads back and verifies. Then a manifest in another namespace
+// reuses the blocks by lookup alone, and removing a listed block removes
+// its name only.
+func TestEngineBlocksRace(t *testing.T) {
+	// A grace period far shorter than the test: what keeps the blocks
+	// is the synced manifest (even under its tmp name), not the grace.
+	m := newMount(t, "--blob-grace", "1ms")
+	src := "../mlx/testdata/mlxbun/blocks/fixture-fingerprint/base"
+	ns := m.path("fp/base")
+	// Blocks, as the engine writes them: tmp, fsync, rename.
+	sh(t, fmt.Sprintf(`mkdir -p %[2]s/blocks && for f in %[1]s/blocks/*; do h=$(basename $f); cp $f %[2]s/blocks/$h.tmp && sync %[2]s/blocks/$h.tmp && mv %[2]s/blocks/$h.tmp %[2]s/blocks/$h; done`, src, ns))
+	// The manifest's tmp file is synced, then a collect runs: no *.mlxkv
+	// lists the blocks yet, so it deletes them all.
+	manifest := "00000000-0000-4000-8000-000000000400.mlxkv"
+	sh(t, fmt.Sprintf("cp %s/%s %s/%s.tmp && sync %s/%s.tmp", src, manifest, ns, manifest, ns, manifest))
+	sh(t, fmt.Sprintf("rm %s/blocks/*", ns))
+	time.Sleep(2500 * time.Millisecond) // expiry runs every second
+	sh(t, fmt.Sprintf("mv %s/%s.tmp %s/%s", ns, manifest, ns, manifest))
+	out := kvfs(t, "inspect", "--verify", filepath.Join(ns, manifest))
+	if !strings.Contains(out, "verify:       ok") {
+		t.Fatalf("after the collect race:\n%s", out)
+	}
+	// Another namespace: the engine's existence check finds every block.
+	other := m.path("fp/other")
+	sh(t, fmt.Sprintf("mkdir -p %s/blocks && cp %s/%s %s/", other, src, manifest, other))
+	out = kvfs(t, "inspect", "--verify", filepath.Join(other, manifest))
+	if !strings.Contains(out, "verify:       ok") {
+		t.Fatalf("manifest reusing another namespace's blocks:\n%s", out)
+	}
+	// Removing a block that a manifest lists removes the name only.
+	ents, _ := os.ReadDir(filepath.Join(ns, "blocks"))
+	if len(ents) == 0 {
+		t.Fatal("no blocks looked up")
+	}
+	victim := filepath.Join(ns, "blocks", ents[0].Name())
+	sh(t, "rm "+victim)
+	sh(t, fmt.Sprintf("test \"$(sha256sum < %s | cut -c1-64)\" = %s", victim, ents[0].Name()))
+	// A block whose content does not match its name is refused.
+	os.WriteFile(filepath.Join(ns, "blocks", "bad.tmp"), []byte("not the content"), 0o600)
+	bad := filepath.Join(ns, "blocks", strings.Repeat("ab", 32))
+	if err := os.Rename(filepath.Join(ns, "blocks", "bad.tmp"), bad); err == nil {
+		t.Fatal("a block with the wrong content was renamed into place")
+	}
+}

@@ -27,6 +27,7 @@ type mountOptions struct {
 	logLevel   string
 	logFile    string
 	readyFD    int
+	blobGrace  time.Duration
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -36,6 +37,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVarP(&o.options, "options", "o", "", "comma-separated mount options: allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
+	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
@@ -108,6 +110,7 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.debugFUSE {
 		flags = append(flags, "--debug-fuse")
 	}
+	flags = append(flags, "--blob-grace", o.blobGrace.String())
 	cmd := exec.Command(exe, append(flags, args...)...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -144,12 +147,13 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		ready("error: " + err.Error())
 		return err
 	}
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace})
 	if err != nil {
 		return fail(err)
 	}
 	defer s.Close()
-	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE})
+	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE,
+		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)
 	}
