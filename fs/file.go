@@ -27,6 +27,9 @@ type fileNode struct {
 	// version counts commits; cached is the version whose pages the
 	// kernel may hold, so an open after a commit drops them.
 	version, cached uint64
+	// held is the store inode this node holds open while it is written
+	// (see store.Hold), 0 if none.
+	held uint64
 }
 
 // spool is a file being written: its bytes in a file of the store's spool
@@ -98,24 +101,29 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 // unless empty is set (O_TRUNC), so that writes into the middle of an
 // existing file keep the rest (copy-on-write). Called with f.mu held.
 func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
+	// Hold the inode while it is written, so that it stays (as an orphan)
+	// if its name goes, as an open file does.
+	if err := f.fsys.s.Hold(f.ino.Load()); err != nil {
+		return errno(f.fsys.log, "open for write", err)
+	}
+	f.held = f.ino.Load()
 	sf, err := os.CreateTemp(f.fsys.spool, "w-")
 	if err != nil {
+		f.unhold()
 		return errno(f.fsys.log, "create spool", err)
 	}
 	sp := &spool{f: sf}
 	if !empty {
 		src, err := f.fsys.s.OpenIno(f.ino.Load())
-		if err != nil {
-			sf.Close()
-			os.Remove(sf.Name())
-			return errno(f.fsys.log, "open for write", err)
+		if err == nil {
+			_, err = io.Copy(sf, io.NewSectionReader(src, 0, src.Size()))
+			sp.size = src.Size()
+			src.Close()
 		}
-		_, err = io.Copy(sf, io.NewSectionReader(src, 0, src.Size()))
-		sp.size = src.Size()
-		src.Close()
 		if err != nil {
 			sf.Close()
 			os.Remove(sf.Name())
+			f.unhold()
 			return errno(f.fsys.log, "copy to spool", err)
 		}
 	}
@@ -129,6 +137,17 @@ func (f *fileNode) dropSpool() {
 		f.sp.f.Close()
 		os.Remove(f.sp.f.Name())
 		f.sp = nil
+		f.unhold()
+	}
+}
+
+// unhold drops the node's hold on its store inode. Called with f.mu held.
+func (f *fileNode) unhold() {
+	if f.held != 0 {
+		if err := f.fsys.s.Unhold(f.held); err != nil {
+			f.fsys.log.Warn("release written file", "err", err)
+		}
+		f.held = 0
 	}
 }
 
@@ -146,6 +165,11 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	if err != nil {
 		return errno(f.fsys.log, "commit", err)
+	}
+	// Move the hold to the new version.
+	f.unhold()
+	if err := f.fsys.s.Hold(fi.Ino); err == nil {
+		f.held = fi.Ino
 	}
 	f.ino.Store(fi.Ino)
 	f.sp.dirty = false

@@ -51,3 +51,22 @@ func (s *Store) OpenIno(ino uint64) (*File, error) {
 	}
 	return f, nil
 }
+
+// Hold pins an inode as an open file does, without reading its manifest:
+// the filesystem holds the inode of a file it is writing, so that the file
+// stays (as an orphan) if its name goes while it is open. Release with
+// Unhold.
+func (s *Store) Hold(ino uint64) error {
+	return s.db.View(func(tx *manifest.Tx) error {
+		if _, err := tx.Inode(ino); err != nil {
+			return inoErr("hold", ino, "", fs.ErrNotExist)
+		}
+		s.mu.Lock()
+		s.open[ino]++
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+// Unhold drops a pin taken by Hold; see File.Close.
+func (s *Store) Unhold(ino uint64) error { return s.unpin(ino) }
