@@ -81,6 +81,12 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 	defer f.mu.Unlock()
 	temp := f.sp == nil
 	if temp {
+		if e := f.hold(); e != 0 {
+			return e
+		}
+		if f.writers == 0 {
+			defer f.unhold()
+		}
 		if e := f.startSpool(ctx, size == 0); e != 0 {
 			return e
 		}
@@ -93,7 +99,9 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 		return 0
 	}
 	e := f.commitLocked(ctx)
-	f.dropSpool()
+	if f.writers == 0 {
+		f.dropSpool()
+	}
 	return e
 }
 
@@ -101,15 +109,8 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 // unless empty is set (O_TRUNC), so that writes into the middle of an
 // existing file keep the rest (copy-on-write). Called with f.mu held.
 func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
-	// Hold the inode while it is written, so that it stays (as an orphan)
-	// if its name goes, as an open file does.
-	if err := f.fsys.s.Hold(f.ino.Load()); err != nil {
-		return errno(f.fsys.log, "open for write", err)
-	}
-	f.held = f.ino.Load()
 	sf, err := os.CreateTemp(f.fsys.spool, "w-")
 	if err != nil {
-		f.unhold()
 		return errno(f.fsys.log, "create spool", err)
 	}
 	sp := &spool{f: sf}
@@ -123,7 +124,6 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		if err != nil {
 			sf.Close()
 			os.Remove(sf.Name())
-			f.unhold()
 			return errno(f.fsys.log, "copy to spool", err)
 		}
 	}
@@ -137,8 +137,21 @@ func (f *fileNode) dropSpool() {
 		f.sp.f.Close()
 		os.Remove(f.sp.f.Name())
 		f.sp = nil
-		f.unhold()
 	}
+}
+
+// hold pins the node's store inode while it is written, so that it stays
+// (as an orphan) if its name goes, as an open file does. Called with f.mu
+// held.
+func (f *fileNode) hold() syscall.Errno {
+	if f.held != 0 {
+		return 0
+	}
+	if err := f.fsys.s.Hold(f.ino.Load()); err != nil {
+		return errno(f.fsys.log, "open for write", err)
+	}
+	f.held = f.ino.Load()
+	return 0
 }
 
 // unhold drops the node's hold on its store inode. Called with f.mu held.
@@ -158,7 +171,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if f.sp == nil || !f.sp.dirty {
 		return 0
 	}
-	fi, _, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, time.Now())
+	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, store.CommitOptions{Mtime: time.Now(), Adopt: true})
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -166,13 +179,22 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return errno(f.fsys.log, "commit", err)
 	}
+	if st.Adopted {
+		// The spool became a pack: it is the store's now. A later write
+		// starts a new spool from the committed content.
+		f.sp.f.Close()
+		f.sp = nil
+	} else {
+		f.sp.dirty = false
+	}
 	// Move the hold to the new version.
-	f.unhold()
-	if err := f.fsys.s.Hold(fi.Ino); err == nil {
-		f.held = fi.Ino
+	if f.held != 0 {
+		f.unhold()
+		if err := f.fsys.s.Hold(fi.Ino); err == nil {
+			f.held = fi.Ino
+		}
 	}
 	f.ino.Store(fi.Ino)
-	f.sp.dirty = false
 	f.version++
 	return 0
 }
@@ -205,8 +227,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall.Errno) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if e := f.hold(); e != 0 {
+		return nil, e
+	}
 	if f.sp == nil {
 		if e := f.startSpool(ctx, trunc); e != 0 {
+			if f.writers == 0 {
+				f.unhold()
+			}
 			return nil, e
 		}
 		if trunc {
@@ -286,6 +314,11 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	f := w.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.sp == nil {
+		if e := f.startSpool(ctx, false); e != 0 {
+			return 0, e
+		}
+	}
 	n, err := f.sp.f.WriteAt(data, off)
 	if end := off + int64(n); end > f.sp.size {
 		f.sp.size = end
@@ -333,6 +366,7 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	f.writers--
 	if f.writers == 0 {
 		f.dropSpool()
+		f.unhold()
 	}
 	return e
 }

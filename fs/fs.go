@@ -49,7 +49,12 @@ func Mount(mnt string, s *store.Store, opts Options) (*fuse.Server, error) {
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
 	neg := time.Duration(0)
-	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
+	// go-fuse's own messages are diagnostics (warnings, panics in
+	// handlers); with --debug-fuse its request traces too, at debug.
+	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
+	if opts.DebugFUSE {
+		golog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
+	}
 	fo := &gofs.Options{
 		EntryTimeout:    &opts.Timeout,
 		AttrTimeout:     &opts.Timeout,

@@ -44,6 +44,7 @@ type PutStats struct {
 	NewChunks    int    // chunks appended to packs
 	NewBytes     int64  // bytes appended to packs
 	ReusedBytes  int64  // bytes of chunks already stored
+	Adopted      bool   // the source file became a pack as it is
 	ZeroBytes    int64  // bytes stored as zero runs
 	ParentReused int64  // bytes matched against the parent snapshot's chunks
 	Parent       uint64 // the parent snapshot's inode, 0 if none
@@ -130,6 +131,18 @@ type ingest struct {
 	// target, when set, is the inode whose name the new content takes
 	// (CommitIno); otherwise comps name the destination.
 	target uint64
+	// adopt, when set, is the source as a spool file that may become a
+	// pack as it is; fresh are its new chunks, placed after chunking.
+	adopt   *os.File
+	fresh   []chunkRef
+	adopted *adoptedPack
+}
+
+// adoptedPack is a spool file renamed into the packs directory.
+type adoptedPack struct {
+	pack       uint32
+	size, dead int64
+	spoolPath  string // where it came from, to give it back on failure
 }
 
 // destination resolves, inside the commit transaction, where the new inode
@@ -182,6 +195,11 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	t0 := time.Now()
 	if err := in.chunkAll(ctx); err != nil {
 		return nil, err
+	}
+	if in.adopt != nil {
+		if err := in.place(); err != nil {
+			return nil, err
+		}
 	}
 	chunked := time.Since(t0)
 	if in.blob != nil {
@@ -509,6 +527,15 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 				flush()
 				continue
 			}
+			if in.adopt != nil {
+				// Placed after chunking: in the adopted file itself, or
+				// copied (see place).
+				in.states[c.id] = &chunkState{off: c.off}
+				in.fresh = append(in.fresh, c)
+				in.stats.NewChunks++
+				in.stats.NewBytes += c.n
+				continue
+			}
 			app, err := in.appender(c.n)
 			if err != nil {
 				return err
@@ -747,6 +774,11 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		if len(missing) > 0 {
 			return errMissing
 		}
+		if a := in.adopted; a != nil {
+			if err := tx.PutPack(a.pack, manifest.Pack{Committed: a.size, Dead: a.dead + dead[a.pack]}); err != nil {
+				return err
+			}
+		}
 		for _, p := range in.slots {
 			st, err := tx.Pack(p.app.Pack())
 			if err != nil {
@@ -830,6 +862,18 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 // back to their last committed length after a failure.
 func (in *ingest) finish(err error) {
 	s := in.s
+	if a := in.adopted; a != nil {
+		if err != nil {
+			// Give the spool back to its writer, and forget the pack.
+			if rerr := os.Rename(s.packs.Path(a.pack), a.spoolPath); rerr != nil {
+				s.log.Error("return spool after a failed commit", "spool", a.spoolPath, "err", rerr)
+			}
+			s.db.Update(func(tx *manifest.Tx) error { return tx.DeletePack(a.pack) })
+		}
+		s.mu.Lock()
+		delete(s.held, a.pack)
+		s.mu.Unlock()
+	}
 	for _, p := range in.slots {
 		if err != nil && p.app.Size() != p.committed {
 			if rerr := p.app.Rollback(p.committed); rerr != nil {

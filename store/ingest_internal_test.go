@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -85,5 +86,52 @@ func TestTruncatedMappedSource(t *testing.T) {
 	})
 	if !errors.Is(err, errSourceChanged) {
 		t.Fatalf("err = %v, want errSourceChanged", err)
+	}
+}
+
+// TestAdoptedSpoolReturnedOnFailure: if the commit fails after the spool
+// became a pack (here: the file was removed meanwhile), the spool is given
+// back, whole, to its writer.
+func TestAdoptedSpoolReturnedOnFailure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := Init(dir, 4096); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := s.CreateAt(1, "f", 0o644, Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 100000)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	sp, err := os.CreateTemp(filepath.Join(dir, "spool"), "w-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	sp.Write(b)
+	s.beforeCommit = func() {
+		s.beforeCommit = nil
+		if err := s.RemoveAt(1, "f", false); err != nil {
+			t.Error(err)
+		}
+	}
+	_, _, err = s.CommitIno(context.Background(), fi.Ino, sp, int64(len(b)), CommitOptions{Adopt: true})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("commit of a removed file: %v", err)
+	}
+	got, err := os.ReadFile(sp.Name())
+	if err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("spool not given back whole: %v", err)
+	}
+	if err := s.Check(context.Background(), CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
 	}
 }

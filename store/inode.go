@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -376,16 +377,17 @@ func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error
 // current inode is ino, under that inode's name, keeping its attributes.
 // The content gets a new inode (the old one is released, or kept while
 // open), which is returned. If the file lost its name meanwhile, the
-// content is not stored and the error satisfies fs.ErrNotExist.
-func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, mtime time.Time) (*FileInfo, *PutStats, error) {
+// content is not stored and the error satisfies fs.ErrNotExist. See
+// CommitOptions.Adopt.
+func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, opts CommitOptions) (*FileInfo, *PutStats, error) {
 	var comps []string
 	err := s.db.View(func(tx *manifest.Tx) error {
 		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) || err == nil && n.Name == "" {
+			return fs.ErrNotExist
+		}
 		if err != nil {
 			return err
-		}
-		if n.Name == "" {
-			return fs.ErrNotExist
 		}
 		comps = strings.Split(inoPath(tx, n), "/")
 		return nil
@@ -394,7 +396,10 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		return nil, nil, inoErr("commit", ino, "", err)
 	}
 	in := &ingest{s: s, src: src, size: size, comps: comps, target: ino,
-		opts: PutOptions{Mtime: mtime}, states: map[blockstore.ID]*chunkState{}}
+		opts: PutOptions{Mtime: opts.Mtime}, states: map[blockstore.ID]*chunkState{}}
+	if f, ok := src.(*os.File); ok && opts.Adopt {
+		in.adopt = f
+	}
 	fi, err := in.run(ctx)
 	in.finish(err)
 	if err != nil {

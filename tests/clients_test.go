@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"time"
 	"path/filepath"
 	"syscall"
 
@@ -16,6 +18,82 @@ import (
 // way an engine or a user program does. Each returns an exit code and
 // reports on stdout/stderr.
 var clients = map[string]func(args []string) error{
+	// fsyncwrite FILE: write, fsync (the spool becomes a pack), write
+	// again over part of it and past its end, close, and check the result
+	// by reading FILE back.
+	"fsyncwrite": func(args []string) error {
+		a := bytes.Repeat([]byte("A"), 3<<20)
+		b := bytes.Repeat([]byte("B"), 2<<20)
+		f, err := os.OpenFile(args[0], os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(a); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if _, err := f.WriteAt(b, 2<<20); err != nil {
+			return err
+		}
+		mid := make([]byte, 10)
+		if _, err := f.ReadAt(mid, (2<<20)-5); err != nil || string(mid) != "AAAAABBBBB" {
+			return fmt.Errorf("read through the write handle: %q %v", mid, err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		got, err := os.ReadFile(args[0])
+		if err != nil {
+			return err
+		}
+		want := append(a[:2<<20], b...)
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("after write, fsync, write: %d bytes, not the expected %d", len(got), len(want))
+		}
+		return nil
+	},
+	// readseq FILE: read FILE sequentially in 1 MiB reads; print seconds.
+	"readseq": func(args []string) error {
+		f, err := os.Open(args[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		t := time.Now()
+		for {
+			_, err := f.Read(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+		fmt.Println(time.Since(t).Seconds())
+		return nil
+	},
+	// mmaptouch FILE: map FILE and read one byte of every page; print
+	// seconds.
+	"mmaptouch": func(args []string) error {
+		t := time.Now()
+		b, err := mapFile(args[0])
+		if err != nil {
+			return err
+		}
+		var sum byte
+		for i := 0; i < len(b); i += 4096 {
+			sum += b[i]
+		}
+		fmt.Println(time.Since(t).Seconds(), sum)
+		return nil
+	},
+	// memfs FILE MNT: serve FILE's bytes from memory at MNT/file with
+	// go-fuse and kvfs's mount options, the FUSE ceiling of the machine;
+	// print "ready", unmount on SIGTERM.
+	"memfs": serveMemFS,
 	// mmapcmp MOUNTED LOCAL: map both files and compare every byte.
 	"mmapcmp": func(args []string) error {
 		a, err := mapFile(args[0])

@@ -37,11 +37,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build kvfs: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	before := map[string]bool{}
+	for _, m := range kvfsMounts() {
+		before[m] = true
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
-	if code == 0 {
-		if left := kvfsMounts(); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "kvfs mounts left behind: %v\n", left)
+	for _, m := range kvfsMounts() {
+		if !before[m] {
+			fmt.Fprintf(os.Stderr, "kvfs mount left behind by the tests: %s\n", m)
 			code = 1
 		}
 	}

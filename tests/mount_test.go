@@ -371,3 +371,11 @@ func TestEngineBlocksRace(t *testing.T) {
 		t.Fatal("a block with the wrong content was renamed into place")
 	}
 }
+
+// TestWriteAfterFsync: fsync commits (the spool becomes a pack), and later
+// writes through the same descriptor start from the committed content.
+func TestWriteAfterFsync(t *testing.T) {
+	m := newMount(t)
+	runClientOK(t, "fsyncwrite", m.path("f"))
+	runClientOK(t, "fsyncwrite", m.path("f")) // again, over an existing file
+}

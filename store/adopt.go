@@ -1,0 +1,133 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// A file written through the mount is spooled first. When most of it is
+// new, writing its new chunks into a pack would copy most of it again; the
+// spool becomes the pack instead (DESIGN.md, write path 6): it is renamed
+// into packs/, its new chunks stay where they are, and everything else —
+// duplicate chunks, zero runs — is punched out. Otherwise its new chunks
+// are copied into a pack, as from any other source.
+
+// adoptShare is the share of new bytes from which a spool is adopted.
+const adoptShare = 0.5
+
+// CommitOptions qualify CommitIno.
+type CommitOptions struct {
+	Mtime time.Time
+	// Adopt allows the store to take src, which must be an *os.File in
+	// the store's spool directory, as a pack. If it does (PutStats.Adopted),
+	// the file has been moved and is no longer the caller's to write.
+	Adopt bool
+}
+
+// place puts the new chunks of an adoptable source: in the file itself,
+// adopted as a pack, or copied into the ingest's pack.
+func (in *ingest) place() error {
+	if float64(in.stats.NewBytes) >= adoptShare*float64(in.size) && in.size > 0 {
+		return in.adoptSpool()
+	}
+	for i := 0; i < len(in.fresh); {
+		// Copy runs of chunks that are contiguous in the source at once.
+		c := in.fresh[i]
+		app, err := in.appender(c.n)
+		if err != nil {
+			return err
+		}
+		loc := app.Reserve(c.n)
+		in.states[c.id].written, in.states[c.id].loc = true, loc
+		start, n := c.off, c.n
+		for i++; i < len(in.fresh) && in.fresh[i].off == start+n && app.Size()+in.fresh[i].n <= in.s.packBytes; i++ {
+			l := app.Reserve(in.fresh[i].n)
+			in.states[in.fresh[i].id].written, in.states[in.fresh[i].id].loc = true, l
+			n += in.fresh[i].n
+		}
+		if err := app.CopyFrom(in.adopt, start, loc.Off, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptSpool renames the source into packs/ as a new pack and punches out
+// every byte that is not one of its new chunks.
+func (in *ingest) adoptSpool() error {
+	s := in.s
+	pack, err := s.newPack()
+	if err != nil {
+		return err
+	}
+	a := &adoptedPack{pack: pack, size: in.size, spoolPath: in.adopt.Name()}
+	if filepath.Dir(a.spoolPath) != filepath.Join(s.dir, "spool") {
+		return fmt.Errorf("adopt %s: not a spool file of this store", a.spoolPath)
+	}
+	if err := os.Rename(a.spoolPath, s.packs.Path(pack)); err != nil {
+		return fmt.Errorf("adopt spool: %w", err)
+	}
+	in.adopted = a
+	sort.Slice(in.fresh, func(i, j int) bool { return in.fresh[i].off < in.fresh[j].off })
+	var holes []blockstore.Loc
+	var pos, live int64
+	for _, c := range in.fresh {
+		if c.off > pos {
+			holes = append(holes, blockstore.Loc{Pack: pack, Off: pos, Len: c.off - pos})
+		}
+		st := in.states[c.id]
+		st.written, st.loc = true, blockstore.Loc{Pack: pack, Off: c.off, Len: c.n}
+		pos, live = c.off+c.n, live+c.n
+	}
+	if in.size > pos {
+		holes = append(holes, blockstore.Loc{Pack: pack, Off: pos, Len: in.size - pos})
+	}
+	a.dead = in.size - live
+	if err := s.packs.Punch(pack, holes); err != nil {
+		return err
+	}
+	if err := in.adopt.Sync(); err != nil {
+		return fmt.Errorf("sync adopted pack: %w", err)
+	}
+	in.stats.Adopted = true
+	return syncDir(filepath.Join(s.dir, "packs"))
+}
+
+// newPack allocates a pack number for a file that becomes a pack whole.
+func (s *Store) newPack() (uint32, error) {
+	var pack uint32
+	err := s.db.Update(func(tx *manifest.Tx) error {
+		var err error
+		if pack, err = tx.NextPack(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.held[pack] = true
+		s.mu.Unlock()
+		return tx.PutPack(pack, manifest.Pack{})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("allocate pack: %w", err)
+	}
+	return pack, nil
+}
+
+// syncDir fsyncs a directory, making renames in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
