@@ -130,4 +130,3 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
-

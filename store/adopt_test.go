@@ -82,4 +82,3 @@ func TestCommitCopiesMostlyDuplicateSpool(t *testing.T) {
 		t.Fatal("reads back wrong")
 	}
 }
-

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/kvfs/kvfs/internal/snapgen"
 	"github.com/kvfs/kvfs/mlx"
