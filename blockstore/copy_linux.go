@@ -32,3 +32,7 @@ func copyRange(src *os.File, srcOff int64, dst *os.File, dstOff, n int64) error 
 func startWriteback(f *os.File, off, n int64) {
 	unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+func adviseSequential(f *os.File) {
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+}

@@ -9,3 +9,5 @@ func copyRange(src *os.File, srcOff int64, dst *os.File, dstOff, n int64) error 
 }
 
 func startWriteback(f *os.File, off, n int64) {}
+
+func adviseSequential(f *os.File) {}

@@ -77,6 +77,9 @@ func (d *Dir) File(pack uint32) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Files are read mostly front to back: a larger readahead window
+	// serves cold sequential reads from fewer, larger disk requests.
+	adviseSequential(f)
 	d.files[pack] = f
 	return f, nil
 }

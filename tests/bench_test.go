@@ -41,6 +41,16 @@ func readSeq(t testing.TB, path string) float64 {
 	return secondsOf(t, runClientOK(t, "readseq", path))
 }
 
+// best runs f n times and returns its shortest time: on a noisy machine
+// the minimum is the measurement least disturbed by others.
+func best(n int, f func() float64) float64 {
+	m := f()
+	for i := 1; i < n; i++ {
+		m = min(m, f())
+	}
+	return m
+}
+
 func BenchmarkMount(b *testing.B) {
 	requireRoot(b)
 	dir := b.TempDir()
@@ -51,76 +61,90 @@ func BenchmarkMount(b *testing.B) {
 	fi, _ := os.Stat(snap)
 	gb := float64(fi.Size()) / 1e9
 	m := newMount(b)
-	for b.Loop() {
-		// cp into the mount (commit at close included) vs cp to the disk.
-		local := filepath.Join(dir, "copy.mlxkv")
-		os.Remove(local)
-		sh(b, "sync")
-		t0 := time.Now()
-		sh(b, fmt.Sprintf("cp %s %s", snap, local))
-		cpLocal := time.Since(t0).Seconds()
-		os.Remove(m.path("a.mlxkv"))
-		sh(b, "sync")
-		t0 = time.Now()
-		sh(b, fmt.Sprintf("cp %s %s", snap, m.path("a.mlxkv")))
-		cpKVFS := time.Since(t0).Seconds()
-		os.Remove(local)
-		b.ReportMetric(cpLocal/cpKVFS, "cp-in/cp-local")
-
-		// First read: the mount's kernel cache empty (remount), packs in
-		// the page cache, vs the in-memory FUSE file system.
+	remount := func() {
 		kvfs(b, "unmount", m.mnt)
 		waitUnmounted(b, m)
-		sh(b, fmt.Sprintf("cat %s/packs/* > /dev/null", m.store))
 		m.start(b)
-		first := readSeq(b, m.path("a.mlxkv"))
+	}
+	warmPacks := func() { sh(b, fmt.Sprintf("cat %s/packs/* > /dev/null", m.store)) }
+	timed := func(script string) float64 {
+		t0 := time.Now()
+		sh(b, script)
+		return time.Since(t0).Seconds()
+	}
+	for b.Loop() {
+		// cp of a new snapshot into the mount (committed, durable, at
+		// close) vs cp to the local disk; and both followed by sync.
+		local := filepath.Join(dir, "copy.mlxkv")
+		var cpLocal, cpLocalSync, cpKVFS float64
+		for i := 0; i < 3; i++ {
+			os.Remove(local)
+			os.Remove(m.path("a.mlxkv"))
+			sh(b, "sync")
+			t := timed(fmt.Sprintf("cp %s %s", snap, local))
+			ts := t + timed("sync")
+			k := timed(fmt.Sprintf("cp %s %s", snap, m.path("a.mlxkv")))
+			if i == 0 || t < cpLocal {
+				cpLocal = t
+			}
+			if i == 0 || ts < cpLocalSync {
+				cpLocalSync = ts
+			}
+			if i == 0 || k < cpKVFS {
+				cpKVFS = k
+			}
+		}
+		os.Remove(local)
+		b.ReportMetric(cpLocal/cpKVFS, "cp-in/cp-local")
+		b.ReportMetric(cpLocalSync/cpKVFS, "cp-in/cp+sync-local")
+
+		// First read: the mount's kernel cache empty (remounted), packs in
+		// the page cache, vs the in-memory FUSE file system.
+		first := best(3, func() float64 { remount(); warmPacks(); return readSeq(b, m.path("a.mlxkv")) })
 		memMnt := filepath.Join(dir, "memfs")
 		os.Mkdir(memMnt, 0o755)
-		mem := client("memfs", snap, memMnt)
-		out, _ := mem.StdoutPipe()
-		if err := mem.Start(); err != nil {
-			b.Fatal(err)
-		}
-		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-			b.Fatalf("memfs: %q", line)
-		}
-		ceiling := readSeq(b, filepath.Join(memMnt, "file"))
-		mem.Process.Signal(syscall.SIGTERM)
-		mem.Wait()
+		ceiling := best(3, func() float64 {
+			mem := client("memfs", snap, memMnt)
+			out, _ := mem.StdoutPipe()
+			if err := mem.Start(); err != nil {
+				b.Fatal(err)
+			}
+			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+				b.Fatalf("memfs: %q", line)
+			}
+			defer func() { mem.Process.Signal(syscall.SIGTERM); mem.Wait() }()
+			return readSeq(b, filepath.Join(memMnt, "file"))
+		})
 		b.ReportMetric(ceiling/first, "first-read/fuse-ceiling")
 		b.ReportMetric(gb/first, "first-read-GB/s")
 		b.ReportMetric(gb/ceiling, "fuse-ceiling-GB/s")
 
 		// Second read: kernel page cache kept, vs the plain file (warm).
 		readSeq(b, snap)
-		plainWarm := readSeq(b, snap)
-		second := readSeq(b, m.path("a.mlxkv"))
+		readSeq(b, m.path("a.mlxkv"))
+		plainWarm := best(3, func() float64 { return readSeq(b, snap) })
+		second := best(3, func() float64 { return readSeq(b, m.path("a.mlxkv")) })
 		b.ReportMetric(plainWarm/second, "second-read/plain")
 
-		// mmap touching every page, mount freshly remounted (packs warm)
-		// vs the plain file (warm).
-		kvfs(b, "unmount", m.mnt)
-		waitUnmounted(b, m)
-		sh(b, fmt.Sprintf("cat %s/packs/* > /dev/null", m.store))
-		m.start(b)
-		mmapKVFS := secondsOf(b, runClientOK(b, "mmaptouch", m.path("a.mlxkv")))
-		mmapPlain := secondsOf(b, runClientOK(b, "mmaptouch", snap))
+		// mmap touching every page: both warm (the mount's cache kept),
+		// and the mount's first mapping (remounted, packs warm).
+		mmapPlain := best(3, func() float64 { return secondsOf(b, runClientOK(b, "mmaptouch", snap)) })
+		mmapKVFS := best(3, func() float64 { return secondsOf(b, runClientOK(b, "mmaptouch", m.path("a.mlxkv"))) })
 		b.ReportMetric(mmapPlain/mmapKVFS, "mmap/plain-mmap")
+		mmapFirst := best(3, func() float64 {
+			remount()
+			warmPacks()
+			return secondsOf(b, runClientOK(b, "mmaptouch", m.path("a.mlxkv")))
+		})
+		b.ReportMetric(gb/mmapFirst, "mmap-first-GB/s")
 
 		// Cold: caches dropped before each read.
-		dropCaches(b)
-		coldPlain := readSeq(b, snap)
-		kvfs(b, "unmount", m.mnt)
-		waitUnmounted(b, m)
-		m.start(b)
-		dropCaches(b)
-		coldKVFS := readSeq(b, m.path("a.mlxkv"))
+		coldPlain := best(2, func() float64 { dropCaches(b); return readSeq(b, snap) })
+		coldKVFS := best(2, func() float64 { remount(); dropCaches(b); return readSeq(b, m.path("a.mlxkv")) })
 		b.ReportMetric(coldPlain/coldKVFS, "cold-read/plain")
 
 		// Daemon memory while four readers stream the snapshot.
-		kvfs(b, "unmount", m.mnt)
-		waitUnmounted(b, m)
-		m.start(b)
+		remount()
 		pid := daemonPID(b, m)
 		var wg sync.WaitGroup
 		for i := 0; i < 4; i++ {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ type mountOptions struct {
 	logFile    string
 	readyFD    int
 	blobGrace  time.Duration
+	cpuProfile string
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -40,6 +42,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
+	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
 	if err := parseFlags(fs, args); err != nil {
@@ -111,6 +114,13 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		flags = append(flags, "--debug-fuse")
 	}
 	flags = append(flags, "--blob-grace", o.blobGrace.String())
+	if o.cpuProfile != "" {
+		p, err := filepath.Abs(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		flags = append(flags, "--cpu-profile", p)
+	}
 	cmd := exec.Command(exe, append(flags, args...)...)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -146,6 +156,16 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	fail := func(err error) error {
 		ready("error: " + err.Error())
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace})
 	if err != nil {
