@@ -260,6 +260,15 @@ type reader struct {
 }
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := min(int64(len(dest)), r.f.Size()-off)
+	if fd, packOff, ok := r.f.Span(off, int(n)); ok && fd != nil && spliceReads {
+		// One chunk: the kernel splices it from the pack file, no copy.
+		return fuse.ReadResultFd(fd.Fd(), packOff, int(n)), 0
+	}
+	return r.readAt(dest, off)
+}
+
+func (r *reader) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := r.f.ReadAt(dest, off)
 	if err != nil && err != io.EOF {
 		return nil, errno(r.fsys.log, "read", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"sort"
 	"sync"
 
@@ -192,4 +193,28 @@ func (s *Store) unpin(ino uint64) error {
 		return s.releaseOrphan(ino)
 	}
 	return nil
+}
+
+// Span describes where the bytes [off, off+n) of f lie when they lie in
+// one place: a range of one pack file (fd is the store's shared
+// descriptor; do not close it, and do not use it after f is closed), or a
+// run of zeros (fd nil). ok is false when the range crosses extents or the
+// store verifies reads (then bytes must go through ReadAt).
+func (f *File) Span(off int64, n int) (fd *os.File, packOff int64, ok bool) {
+	if f.s.verify || off < 0 || off >= f.size || n <= 0 {
+		return nil, 0, false
+	}
+	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
+	e := &f.exts[i]
+	if off+int64(n) > e.off+e.n {
+		return nil, 0, false
+	}
+	if e.zero {
+		return nil, 0, true
+	}
+	pf, err := f.s.packs.File(e.loc.Pack)
+	if err != nil {
+		return nil, 0, false
+	}
+	return pf, e.loc.Off + off - e.off, true
 }

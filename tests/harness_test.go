@@ -115,13 +115,19 @@ type mount struct {
 // daemon to let go of the store and checks the store's invariants.
 func newMount(t testing.TB, mountArgs ...string) *mount {
 	t.Helper()
+	return newMountInit(t, nil, mountArgs...)
+}
+
+// newMountInit is newMount with arguments for kvfs init.
+func newMountInit(t testing.TB, initArgs []string, mountArgs ...string) *mount {
+	t.Helper()
 	requireRoot(t)
 	dir := t.TempDir()
 	m := &mount{store: filepath.Join(dir, "store"), mnt: filepath.Join(dir, "mnt")}
 	if err := os.Mkdir(m.mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kvfs(t, "init", m.store)
+	kvfs(t, append(append([]string{"init"}, initArgs...), m.store)...)
 	m.start(t, mountArgs...)
 	t.Cleanup(func() {
 		if isMounted(m.mnt) {

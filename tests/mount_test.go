@@ -379,3 +379,25 @@ func TestWriteAfterFsync(t *testing.T) {
 	runClientOK(t, "fsyncwrite", m.path("f"))
 	runClientOK(t, "fsyncwrite", m.path("f")) // again, over an existing file
 }
+
+// TestSplicedReads: with 1 MiB chunks, the kernel's 1 MiB reads each fall
+// in one chunk and are spliced from the pack file; the bytes must still be
+// right, at every alignment.
+func TestSplicedReads(t *testing.T) {
+	m := newMountInit(t, []string{"--chunk-size", "1MiB"})
+	src := filepath.Join(t.TempDir(), "f")
+	want := randFile(t, src, 8<<20+12345, 7)
+	sh(t, fmt.Sprintf("cp %s %s && cmp %s %s", src, m.path("f"), src, m.path("f")))
+	f, err := os.Open(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, off := range []int64{0, 1, 4095, 1 << 20, 3<<20 - 7, 8 << 20} {
+		got := make([]byte, 100_000)
+		n, _ := f.ReadAt(got, off)
+		if !bytes.Equal(got[:n], want[off:min(off+100_000, int64(len(want)))]) {
+			t.Fatalf("read at %d differs", off)
+		}
+	}
+}
