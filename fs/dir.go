@@ -37,6 +37,10 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if name == ctlName && d.IsRoot() {
+		out.Mode = syscall.S_IFDIR | 0o555
+		return d.fsys.ctlNode(ctx, &d.Inode), 0
+	}
 	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
 	if errors.Is(err, iofs.ErrNotExist) {
 		// blocks/<sha256> exists for any blob the store holds.
@@ -60,7 +64,13 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	return gofs.NewListDirStream(list), 0
 }
 
+// reserved reports names that the virtual tree takes.
+func (d *dirNode) reserved(name string) bool { return name == ctlName && d.IsRoot() }
+
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if d.reserved(name) {
+		return nil, syscall.EEXIST
+	}
 	fi, err := d.fsys.s.MkdirAt(d.ino.Load(), name, goMode(mode), owner(ctx))
 	if err != nil {
 		return nil, errno(d.fsys.log, "mkdir", err)
@@ -90,11 +100,17 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if !ok {
 		return syscall.EXDEV
 	}
+	if d.reserved(name) || np.reserved(newName) {
+		return syscall.EPERM
+	}
 	err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, flags&renameNoReplace != 0)
 	return errno(d.fsys.log, "rename", err)
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if d.reserved(name) {
+		return nil, nil, 0, syscall.EEXIST
+	}
 	fi, err := d.fsys.s.CreateAt(d.ino.Load(), name, goMode(mode), owner(ctx))
 	if err != nil {
 		return nil, nil, 0, errno(d.fsys.log, "create", err)

@@ -29,7 +29,8 @@ type Options struct {
 type FS struct {
 	s     *store.Store
 	log   *slog.Logger
-	spool string // directory of spool files
+	spool string    // directory of spool files
+	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -398,6 +399,38 @@ func TestSplicedReads(t *testing.T) {
 		n, _ := f.ReadAt(got, off)
 		if !bytes.Equal(got[:n], want[off:min(off+100_000, int64(len(want)))]) {
 			t.Fatalf("read at %d differs", off)
+		}
+	}
+}
+
+// TestKvfsTree: /.kvfs/stats is JSON, and /.kvfs/whole shows a blocks-layout
+// snapshot as the engine's whole-layout file of the same tensors, byte for
+// byte; /.kvfs is hidden from the root's listing and cannot be shadowed.
+func TestKvfsTree(t *testing.T) {
+	m := newMount(t)
+	src := "../mlx/testdata/mlxbun"
+	sh(t, fmt.Sprintf("mkdir -p %[2]s/fp && cp -r %[1]s/blocks/fixture-fingerprint/base %[2]s/fp/", src, m.mnt))
+	for _, T := range []string{"300", "400"} {
+		name := "00000000-0000-4000-8000-000000000" + T + ".mlxkv"
+		sh(t, fmt.Sprintf("cmp %s/whole/fixture-fingerprint/base/%s %s", src, name, m.path(".kvfs/whole/fp/base/"+name)))
+		out := sh(t, "stat -c %s "+m.path(".kvfs/whole/fp/base/"+name))
+		if fi, _ := os.Stat(filepath.Join(src, "whole/fixture-fingerprint/base", name)); strings.TrimSpace(out) != fmt.Sprint(fi.Size()) {
+			t.Errorf("size of the resolved snapshot: %s", out)
+		}
+	}
+	// A block in the whole tree reads as itself.
+	sh(t, fmt.Sprintf("cmp %s/blocks/fixture-fingerprint/base/blocks/013dd42f2dc9af1d48a8707dfeb4f4b046d60a8b63f2fa483d951f00c9415146 %s", src, m.path(".kvfs/whole/fp/base/blocks/013dd42f2dc9af1d48a8707dfeb4f4b046d60a8b63f2fa483d951f00c9415146")))
+	var st store.Stats
+	b, err := os.ReadFile(m.path(".kvfs/stats"))
+	if err != nil || json.Unmarshal(b, &st) != nil || st.Files != 162 {
+		t.Fatalf("stats: %v %s", err, b)
+	}
+	if ls := sh(t, "ls -a "+m.mnt); strings.Contains(ls, ".kvfs") {
+		t.Fatalf("root listing shows .kvfs: %s", ls)
+	}
+	for _, bad := range []string{"mkdir " + m.path(".kvfs/x"), "touch " + m.path(".kvfs/stats"), "mkdir " + m.path(".kvfs"), "touch " + m.path(".kvfs/whole/fp/new")} {
+		if err := exec.Command("sh", "-c", bad).Run(); err == nil {
+			t.Errorf("%q succeeded on the read-only tree", bad)
 		}
 	}
 }

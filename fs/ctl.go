@@ -1,0 +1,357 @@
+package fs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
+)
+
+// The /.kvfs tree is read-only and virtual, hidden from listings of the
+// root:
+//
+//	/.kvfs/stats         JSON totals of the store, as of the open
+//	/.kvfs/whole/<path>  every committed snapshot as a self-contained
+//	                     whole-layout file: a blocks-layout manifest
+//	                     resolved into its tensors (hashes computed on
+//	                     first open, then cached); other files as they are
+const ctlName = ".kvfs"
+
+// Inode numbers of the virtual tree, far above the store's.
+const (
+	ctlIno      = 1 << 62
+	ctlStatsIno = ctlIno + 1
+	ctlWholeIno = ctlIno + 2
+	ctlMirror   = ctlIno + 1<<40 // + store inode: mirrors in whole/
+)
+
+type ctlDir struct {
+	gofs.Inode
+	fsys *FS
+}
+
+func (fsys *FS) ctlNode(ctx context.Context, parent *gofs.Inode) *gofs.Inode {
+	return parent.NewPersistentInode(ctx, &ctlDir{fsys: fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlIno})
+}
+
+func (d *ctlDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode, out.Nlink = syscall.S_IFDIR|0o555, 2
+	return 0
+}
+
+func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	switch name {
+	case "stats":
+		out.Mode = syscall.S_IFREG | 0o444
+		return d.NewInode(ctx, &statsFile{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlStatsIno}), 0
+	case "whole":
+		out.Mode = syscall.S_IFDIR | 0o555
+		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: 1}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlWholeIno}), 0
+	}
+	return nil, syscall.ENOENT
+}
+
+func (d *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	return gofs.NewListDirStream([]fuse.DirEntry{
+		{Name: "stats", Mode: syscall.S_IFREG, Ino: ctlStatsIno},
+		{Name: "whole", Mode: syscall.S_IFDIR, Ino: ctlWholeIno},
+	}), 0
+}
+
+// statsFile is /.kvfs/stats: its content is made at each open.
+type statsFile struct {
+	gofs.Inode
+	fsys *FS
+}
+
+func (f *statsFile) content() ([]byte, error) {
+	st, err := f.fsys.s.Stats()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	return append(b, '\n'), err
+}
+
+func (f *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	b, err := f.content()
+	if err != nil {
+		return errno(f.fsys.log, "stats", err)
+	}
+	out.Mode, out.Nlink, out.Size = syscall.S_IFREG|0o444, 1, uint64(len(b))
+	return 0
+}
+
+func (f *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	b, err := f.content()
+	if err != nil {
+		return nil, 0, errno(f.fsys.log, "stats", err)
+	}
+	return bytesHandle(b), fuse.FOPEN_DIRECT_IO, 0
+}
+
+// bytesHandle serves a byte slice made at open.
+type bytesHandle []byte
+
+func (b bytesHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(b[off:min(int64(len(b)), off+int64(len(dest)))]), 0
+}
+
+// mirrorDir is a directory of the store seen under /.kvfs/whole.
+type mirrorDir struct {
+	gofs.Inode
+	fsys *FS
+	ino  uint64 // the store directory
+}
+
+func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fi, err := d.fsys.s.StatIno(d.ino)
+	if err != nil {
+		return errno(d.fsys.log, "getattr", err)
+	}
+	fillAttr(fi, &out.Attr)
+	out.Mode = syscall.S_IFDIR | 0o555
+	return 0
+}
+
+func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	fi, err := d.fsys.s.Lookup(d.ino, name)
+	if err != nil {
+		return nil, errno(d.fsys.log, "lookup", err)
+	}
+	if fi.IsDir() {
+		fillAttr(fi, &out.Attr)
+		out.Mode = syscall.S_IFDIR | 0o555
+		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: fi.Ino}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino}), 0
+	}
+	w := &wholeFile{fsys: d.fsys, ino: fi.Ino, dir: d.ino, name: name}
+	var a fuse.AttrOut
+	if e := w.Getattr(ctx, nil, &a); e != 0 {
+		return nil, e
+	}
+	out.Attr = a.Attr
+	return d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino}), 0
+}
+
+func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	ents, err := d.fsys.s.ReadDir(d.ino)
+	if err != nil {
+		return nil, errno(d.fsys.log, "readdir", err)
+	}
+	list := make([]fuse.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: ctlMirror + e.Ino, Mode: unixMode(e.Mode)})
+	}
+	return gofs.NewListDirStream(list), 0
+}
+
+// wholeFile is a committed file seen under /.kvfs/whole: a blocks-layout
+// snapshot resolved, anything else as it is.
+type wholeFile struct {
+	gofs.Inode
+	fsys *FS
+	ino  uint64 // the store file
+	dir  uint64 // its directory, where its blocks/ is
+	name string
+}
+
+// view returns the resolved snapshot, or nil for a file shown as is.
+func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, error) {
+	fi, err := w.fsys.s.StatIno(w.ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Kind != "mlxkv" {
+		return nil, fi, nil
+	}
+	if v := w.fsys.views.get(fi.ManifestID); v != nil {
+		return v, fi, nil
+	}
+	f, err := w.fsys.s.OpenIno(w.ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	snap, err := mlx.Parse(f, f.Size(), fi.Path)
+	if err != nil || !snap.Blocks() {
+		return nil, fi, nil
+	}
+	src := &blockSource{fsys: w.fsys, dir: w.dir}
+	defer src.close()
+	v, err := mlx.NewWholeView(ctx, snap, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.fsys.views.put(fi.ManifestID, v)
+	return v, fi, nil
+}
+
+func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	v, fi, err := w.view(ctx)
+	if err != nil {
+		return errno(w.fsys.log, "resolve snapshot", err)
+	}
+	fillAttr(fi, &out.Attr)
+	out.Mode = syscall.S_IFREG | 0o444
+	if v != nil {
+		out.Size = uint64(v.Size)
+		out.Blocks = (out.Size + 511) / 512
+	}
+	return 0
+}
+
+func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	v, _, err := w.view(ctx)
+	if err != nil {
+		return nil, 0, errno(w.fsys.log, "resolve snapshot", err)
+	}
+	if v == nil {
+		f, err := w.fsys.s.OpenIno(w.ino)
+		if err != nil {
+			return nil, 0, errno(w.fsys.log, "open", err)
+		}
+		return &reader{f: f, fsys: w.fsys}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: w.dir}}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// wholeReader reads a resolved snapshot: prefix bytes, block ranges, zeros.
+type wholeReader struct {
+	v   *mlx.WholeView
+	mu  sync.Mutex // guards src's open blocks
+	src *blockSource
+}
+
+func (r *wholeReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := 0
+	for _, p := range r.v.Pieces(off, int64(len(dest))) {
+		b := dest[n : n+int(p.Len)]
+		switch {
+		case p.Zero:
+			clear(b)
+		case p.Block == "":
+			copy(b, r.v.Prefix[p.FileOff:])
+		default:
+			r.mu.Lock()
+			f, err := r.src.file(p.Block)
+			r.mu.Unlock()
+			if err == nil {
+				_, err = f.ReadAt(b, p.BlockOff)
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, errno(r.src.fsys.log, "read block "+p.Block, err)
+			}
+		}
+		n += int(p.Len)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (r *wholeReader) Release(ctx context.Context) syscall.Errno {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.src.close()
+	return 0
+}
+
+// blockSource opens the blocks of a manifest in directory dir through the
+// store: dir/blocks/<hash>, found as the engine would find it (any blob the
+// store holds).
+type blockSource struct {
+	fsys *FS
+	dir  uint64
+	open map[string]*store.File
+}
+
+func (b *blockSource) file(hash string) (*store.File, error) {
+	if f, ok := b.open[hash]; ok {
+		return f, nil
+	}
+	blocks, err := b.fsys.s.Lookup(b.dir, "blocks")
+	if err != nil {
+		return nil, err
+	}
+	fi, err := b.fsys.s.Lookup(blocks.Ino, hash)
+	if errors.Is(err, iofs.ErrNotExist) {
+		fi, err = b.fsys.s.AdoptBlob(blocks.Ino, hash)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := b.fsys.s.OpenIno(fi.Ino)
+	if err != nil {
+		return nil, err
+	}
+	if b.open == nil {
+		b.open = map[string]*store.File{}
+	}
+	b.open[hash] = f
+	return f, nil
+}
+
+// OpenBlock implements mlx.BlockSource.
+func (b *blockSource) OpenBlock(hash string) (io.ReadCloser, error) {
+	f, err := b.file(hash)
+	if err != nil {
+		return nil, fmt.Errorf("block %s: %w", hash, err)
+	}
+	return io.NopCloser(io.NewSectionReader(f, 0, f.Size())), nil
+}
+
+func (b *blockSource) close() {
+	for _, f := range b.open {
+		f.Close()
+	}
+	b.open = nil
+}
+
+// viewCache keeps resolved snapshots by manifest ID: committed content
+// never changes, so a view stays valid for as long as it is kept.
+type viewCache struct {
+	mu    sync.Mutex
+	views map[string]*mlx.WholeView
+	order []string
+}
+
+const viewCacheSize = 64
+
+func (c *viewCache) get(id string) *mlx.WholeView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.views[id]
+}
+
+func (c *viewCache) put(id string, v *mlx.WholeView) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.views == nil {
+		c.views = map[string]*mlx.WholeView{}
+	}
+	if _, ok := c.views[id]; ok {
+		return
+	}
+	if len(c.order) >= viewCacheSize {
+		delete(c.views, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.views[id] = v
+	c.order = append(c.order, id)
+}
