@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,9 +38,32 @@ type FS struct {
 // mount's readahead), large enough for snapshot-sized sequential I/O.
 const requestBytes = 1 << 20
 
+// Server is a mounted store being served.
+type Server struct {
+	*fuse.Server
+	root *dirNode
+}
+
+// Invalidate tells the kernel that the entry at path (relative to the
+// mount) changed without going through the mount — a put, remove or
+// rename through the control socket — so that its next lookup asks kvfs.
+func (s *Server) Invalidate(path string) {
+	n := &s.root.Inode
+	comps := strings.FieldsFunc(path, func(r rune) bool { return r == '/' })
+	for i, c := range comps {
+		if i == len(comps)-1 {
+			n.NotifyEntry(c)
+			return
+		}
+		if n = n.GetChild(c); n == nil {
+			return // the kernel knows nothing below here
+		}
+	}
+}
+
 // Mount mounts s at mnt and returns the server, already serving. As root it
 // mounts directly (no fusermount); otherwise through fusermount3.
-func Mount(mnt string, s *store.Store, opts Options) (*fuse.Server, error) {
+func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -83,7 +107,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*fuse.Server, error) {
 		opts.ExpireEvery = time.Minute
 	}
 	go fsys.expireBlobs(srv, opts.ExpireEvery)
-	return srv, nil
+	return &Server{Server: srv, root: root}, nil
 }
 
 // expireBlobs releases blobs past their grace period until the server

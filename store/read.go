@@ -25,9 +25,15 @@ type File struct {
 	m    manifest.Manifest
 	// exts maps file offsets to chunk locations, resolved once at open.
 	exts []extent
+	// verify checks every chunk read, whether or not the store does.
+	verify bool
 
 	closeOnce sync.Once
 }
+
+// SetVerify makes reads through f check every chunk's sha256 (or not,
+// unless the store verifies all reads). Call it before reading.
+func (f *File) SetVerify(v bool) { f.verify = v }
 
 type extent struct {
 	off  int64 // file offset
@@ -150,7 +156,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // readChunk reads part of one chunk, verifying the whole chunk first when
 // the store verifies.
 func (f *File) readChunk(p []byte, e *extent, in int64) error {
-	if !f.s.verify {
+	if !f.s.verify && !f.verify {
 		if _, err := f.s.chunks.ReadAt(p, e.loc, in); err != nil {
 			return fmt.Errorf("read %s at %d: %w", f.path, e.off+in, err)
 		}
@@ -201,7 +207,7 @@ func (s *Store) unpin(ino uint64) error {
 // run of zeros (fd nil). ok is false when the range crosses extents or the
 // store verifies reads (then bytes must go through ReadAt).
 func (f *File) Span(off int64, n int) (fd *os.File, packOff int64, ok bool) {
-	if f.s.verify || off < 0 || off >= f.size || n <= 0 {
+	if f.s.verify || f.verify || off < 0 || off >= f.size || n <= 0 {
 		return nil, 0, false
 	}
 	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })

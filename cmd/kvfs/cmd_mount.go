@@ -180,6 +180,12 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	if err := srv.WaitMount(); err != nil {
 		return fail(err)
 	}
+	ctl, err := startControl(s, srv, log)
+	if err != nil {
+		srv.Unmount()
+		return fail(err)
+	}
+	defer ctl.close()
 	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify)
 	ready("ok")
 

@@ -19,10 +19,6 @@ import (
 // progressMinBytes is the size from which put and get show a progress bar.
 const progressMinBytes = 64 << 20
 
-func openStore(dir string, verify bool) (*store.Store, error) {
-	return store.Open(dir, store.Options{Verify: verify})
-}
-
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var chunk sizeFlag = store.DefaultChunkSize
 	fs := newFlags("init", "[--chunk-size SIZE] STORE", "Create an empty store in the directory STORE (created if missing).\nThe chunk size is fixed for the store's life.", stderr)
@@ -49,18 +45,18 @@ func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() != 3 {
 		return usagef("want STORE SRC DEST")
 	}
-	s, err := openStore(fs.Arg(0), false)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	fi, err := os.Stat(fs.Arg(1))
 	if err != nil {
 		return err
 	}
+	s, err := connect(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
 	bar := newProgress(stdout, "put", progressMinBytes, fi.Size())
 	start := time.Now()
-	info, st, err := s.PutFile(ctx, fs.Arg(1), fs.Arg(2), store.PutOptions{Progress: bar.update})
+	info, st, err := s.Put(ctx, fs.Arg(1), fs.Arg(2), bar.update)
 	bar.done()
 	if err != nil {
 		return err
@@ -84,24 +80,30 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() != 3 {
 		return usagef("want STORE PATH DST")
 	}
-	s, err := openStore(fs.Arg(0), *verify)
+	s, err := connect(fs.Arg(0))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	f, err := s.Open(fs.Arg(1))
+	r, size, err := s.Get(fs.Arg(1), *verify)
 	if err != nil {
-		return err
-	}
-	defer f.Close()
-	dst := fs.Arg(2)
-	if dst == "-" {
-		_, err := io.Copy(stdout, io.NewSectionReader(f, 0, f.Size()))
 		return corruptErr(err)
 	}
-	bar := newProgress(stdout, "get", progressMinBytes, f.Size())
-	err = copyOut(ctx, f, dst, bar)
+	defer r.Close()
+	dst := fs.Arg(2)
+	if dst == "-" {
+		n, err := io.Copy(stdout, r)
+		if err == nil && n != size {
+			err = fmt.Errorf("get %s: %d of %d bytes (see the daemon's log)", fs.Arg(1), n, size)
+		}
+		return corruptErr(err)
+	}
+	bar := newProgress(stdout, "get", progressMinBytes, size)
+	err = copyOut(ctx, r, size, dst, bar)
 	bar.done()
+	if err != nil && !errors.Is(err, errCorrupt) {
+		err = fmt.Errorf("get %s: %w", fs.Arg(1), err)
+	}
 	return corruptErr(err)
 }
 
@@ -113,8 +115,9 @@ func corruptErr(err error) error {
 	return err
 }
 
-// copyOut writes f to dst through dst.tmp, leaving holes for zero runs.
-func copyOut(ctx context.Context, f *store.File, dst string, bar *progress) error {
+// copyOut writes size bytes of r to dst through dst.tmp, leaving holes
+// for runs of zeros.
+func copyOut(ctx context.Context, r io.Reader, size int64, dst string, bar *progress) error {
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -128,23 +131,23 @@ func copyOut(ctx context.Context, f *store.File, dst string, bar *progress) erro
 		}
 	}()
 	buf := make([]byte, 4<<20)
-	for off := int64(0); off < f.Size(); {
+	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := min(int64(len(buf)), f.Size()-off)
-		if _, err := f.ReadAt(buf[:n], off); err != nil && !(errors.Is(err, io.EOF) && n == f.Size()-off) {
-			return err
+		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
+		if err != nil {
+			return fmt.Errorf("read at %d: %w", off, err)
 		}
 		if !allZero(buf[:n]) {
 			if _, err := out.WriteAt(buf[:n], off); err != nil {
 				return fmt.Errorf("write %s: %w", tmp, err)
 			}
 		}
-		off += n
-		bar.update(off, f.Size())
+		off += int64(n)
+		bar.update(off, size)
 	}
-	if err := out.Truncate(f.Size()); err != nil {
+	if err := out.Truncate(size); err != nil {
 		return err
 	}
 	if err := out.Sync(); err != nil {
@@ -182,7 +185,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() == 2 {
 		path = fs.Arg(1)
 	}
-	s, err := openStore(fs.Arg(0), false)
+	s, err := connect(fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -224,7 +227,7 @@ func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() < 2 {
 		return usagef("want STORE PATH...")
 	}
-	s, err := openStore(fs.Arg(0), false)
+	s, err := connect(fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -245,7 +248,7 @@ func runMv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 3 {
 		return usagef("want STORE OLD NEW")
 	}
-	s, err := openStore(fs.Arg(0), false)
+	s, err := connect(fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -262,7 +265,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 1 {
 		return usagef("want STORE")
 	}
-	s, err := openStore(fs.Arg(0), false)
+	s, err := connect(fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -318,4 +321,6 @@ func parseSize(v string) (int64, error) {
 	return n * m, nil
 }
 
-func isCorrupt(err error) bool { return errors.Is(err, blockstore.ErrCorrupt) }
+func isCorrupt(err error) bool {
+	return errors.Is(err, blockstore.ErrCorrupt) || errors.Is(err, errCorrupt)
+}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+	"github.com/kvfs/kvfs/store"
+)
+
+// The control socket (STORE/kvfs.sock) is HTTP over a unix socket, served
+// by the daemon while it holds the store:
+//
+//	GET    /v1/ping
+//	GET    /v1/stats
+//	GET    /v1/stat?path=P          one entry
+//	GET    /v1/list?path=P          a directory's entries
+//	PUT    /v1/file?path=P          body: the content to store as P
+//	GET    /v1/file?path=P[&verify=1]
+//	DELETE /v1/file?path=P
+//	POST   /v1/rename?from=A&to=B
+//
+// Errors come back as a status and {"error": message, "kind": sentinel},
+// so that the client returns the same errors (and exit codes) as the store.
+
+// changeNotifier learns of names changed behind the kernel's back.
+type changeNotifier interface{ Invalidate(path string) }
+
+// controlServer serves the socket.
+type controlServer struct {
+	s      *store.Store
+	notify changeNotifier
+	log    *slog.Logger
+	srv    *http.Server
+	ln     net.Listener
+}
+
+func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*controlServer, error) {
+	sock := filepath.Join(s.Dir(), socketName)
+	os.Remove(sock) // left by a daemon that died; we hold the store lock
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	os.Chmod(sock, 0o600)
+	c := &controlServer{s: s, notify: notify, log: log, ln: ln}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.Stats()
+		c.reply(w, st, err)
+	})
+	mux.HandleFunc("GET /v1/stat", func(w http.ResponseWriter, r *http.Request) {
+		fi, err := s.Stat(r.URL.Query().Get("path"))
+		c.reply(w, fi, err)
+	})
+	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
+		ents, err := s.List(r.URL.Query().Get("path"))
+		c.reply(w, ents, err)
+	})
+	mux.HandleFunc("PUT /v1/file", c.put)
+	mux.HandleFunc("GET /v1/file", c.get)
+	mux.HandleFunc("DELETE /v1/file", func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Query().Get("path")
+		err := s.Remove(p)
+		if err == nil {
+			c.notify.Invalidate(p)
+		}
+		c.reply(w, struct{}{}, err)
+	})
+	mux.HandleFunc("POST /v1/rename", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		err := s.Rename(q.Get("from"), q.Get("to"))
+		if err == nil {
+			c.notify.Invalidate(q.Get("from"))
+			c.notify.Invalidate(q.Get("to"))
+		}
+		c.reply(w, struct{}{}, err)
+	})
+	c.srv = &http.Server{Handler: mux}
+	go c.srv.Serve(ln)
+	return c, nil
+}
+
+// close stops serving and removes the socket.
+func (c *controlServer) close() {
+	c.srv.Close()
+	os.Remove(filepath.Join(c.s.Dir(), socketName))
+}
+
+// put spools the request body and ingests it.
+func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Query().Get("path")
+	f, err := os.CreateTemp(filepath.Join(c.s.Dir(), "spool"), "put-")
+	if err != nil {
+		c.reply(w, nil, err)
+		return
+	}
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	n, err := io.Copy(f, r.Body)
+	if err != nil {
+		c.reply(w, nil, fmt.Errorf("receive %s: %w", p, err))
+		return
+	}
+	fi, st, err := c.s.Put(r.Context(), f, n, p, store.PutOptions{})
+	if err == nil {
+		c.notify.Invalidate(p)
+	}
+	c.reply(w, putReply{fi, st}, err)
+}
+
+type putReply struct {
+	Info  *store.FileInfo
+	Stats *store.PutStats
+}
+
+// get streams a file. An error after the status is sent (a corrupt chunk
+// under verification) travels in the trailer, so the client fails instead
+// of keeping a short file.
+func (c *controlServer) get(w http.ResponseWriter, r *http.Request) {
+	f, err := c.s.Open(r.URL.Query().Get("path"))
+	if err != nil {
+		c.reply(w, nil, err)
+		return
+	}
+	defer f.Close()
+	f.SetVerify(r.URL.Query().Get("verify") == "1")
+	w.Header().Set("Trailer", "Kvfs-Error, Kvfs-Error-Kind")
+	w.Header().Set("Kvfs-Size", strconv.FormatInt(f.Size(), 10))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if _, err := io.Copy(w, io.NewSectionReader(f, 0, f.Size())); err != nil {
+		c.log.Warn("control: get", "err", err)
+		w.Header().Set("Kvfs-Error", err.Error())
+		w.Header().Set("Kvfs-Error-Kind", kindOf(err))
+	}
+}
+
+func kindOf(err error) string {
+	for _, k := range errKinds {
+		if errors.Is(err, k.err) {
+			return k.kind
+		}
+	}
+	return ""
+}
+
+// errKinds name the sentinel errors that cross the socket.
+var errKinds = []struct {
+	kind string
+	err  error
+	code int
+}{
+	{"notexist", iofs.ErrNotExist, http.StatusNotFound},
+	{"exist", iofs.ErrExist, http.StatusConflict},
+	{"notdir", manifest.ErrNotDir, http.StatusConflict},
+	{"isdir", manifest.ErrIsDir, http.StatusConflict},
+	{"notempty", manifest.ErrNotEmpty, http.StatusConflict},
+	{"invalid", iofs.ErrInvalid, http.StatusBadRequest},
+	{"corrupt", blockstore.ErrCorrupt, http.StatusInternalServerError},
+	{"blobmismatch", store.ErrBlobMismatch, http.StatusBadRequest},
+}
+
+type errorReply struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+func (c *controlServer) reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		e := errorReply{Error: err.Error()}
+		code := http.StatusInternalServerError
+		e.Kind = kindOf(err)
+		for _, k := range errKinds {
+			if k.kind == e.Kind {
+				code = k.code
+			}
+		}
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(e)
+		return
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// socketClient is a storeClient through the daemon.
+type socketClient struct {
+	sock string
+	http *http.Client
+}
+
+func newSocketClient(sock string) *socketClient {
+	return &socketClient{sock: sock, http: &http.Client{Transport: unixTransport(sock)}}
+}
+
+// remoteError is an error from the daemon, wrapping the store's sentinel
+// where there is one.
+type remoteError struct {
+	msg string
+	err error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.err }
+
+func (c *socketClient) do(method, path string, q url.Values, body io.Reader, out any) (*http.Response, error) {
+	req, err := http.NewRequest(method, "http://kvfs"+path+"?"+q.Encode(), body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", c.sock, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var e errorReply
+		if json.NewDecoder(resp.Body).Decode(&e) != nil {
+			return nil, fmt.Errorf("control socket %s: %s", c.sock, resp.Status)
+		}
+		re := &remoteError{msg: e.Error}
+		for _, k := range errKinds {
+			if k.kind == e.Kind {
+				re.err = k.err
+			}
+		}
+		return nil, re
+	}
+	if out == nil {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return resp, json.NewDecoder(resp.Body).Decode(out)
+}
+
+func (c *socketClient) ping() error {
+	resp, err := c.do("GET", "/v1/ping", nil, nil, nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+func (c *socketClient) Stat(path string) (*store.FileInfo, error) {
+	var fi store.FileInfo
+	_, err := c.do("GET", "/v1/stat", url.Values{"path": {path}}, nil, &fi)
+	return &fi, err
+}
+
+func (c *socketClient) List(path string) ([]*store.FileInfo, error) {
+	var out []*store.FileInfo
+	_, err := c.do("GET", "/v1/list", url.Values{"path": {path}}, nil, &out)
+	return out, err
+}
+
+func (c *socketClient) Stats() (*store.Stats, error) {
+	var st store.Stats
+	_, err := c.do("GET", "/v1/stats", nil, nil, &st)
+	return &st, err
+}
+
+func (c *socketClient) Put(ctx context.Context, src, path string, progress func(done, total int64)) (*store.FileInfo, *store.PutStats, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, &os.PathError{Op: "put", Path: src, Err: errors.New("not a regular file")}
+	}
+	var body io.Reader = f
+	if progress != nil {
+		body = &progressReader{r: f, total: fi.Size(), progress: progress}
+	}
+	var out putReply
+	_, err = c.do("PUT", "/v1/file", url.Values{"path": {path}}, body, &out)
+	return out.Info, out.Stats, err
+}
+
+func (c *socketClient) Get(path string, verify bool) (io.ReadCloser, int64, error) {
+	q := url.Values{"path": {path}}
+	if verify {
+		q.Set("verify", "1")
+	}
+	resp, err := c.do("GET", "/v1/file", q, nil, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	size, _ := strconv.ParseInt(resp.Header.Get("Kvfs-Size"), 10, 64)
+	return &trailerReader{resp: resp}, size, nil
+}
+
+// trailerReader ends a download with the error the daemon put in the
+// trailer, if any.
+type trailerReader struct{ resp *http.Response }
+
+func (t *trailerReader) Read(p []byte) (int, error) {
+	n, err := t.resp.Body.Read(p)
+	if err == io.EOF {
+		if msg := t.resp.Trailer.Get("Kvfs-Error"); msg != "" {
+			re := &remoteError{msg: msg}
+			for _, k := range errKinds {
+				if k.kind == t.resp.Trailer.Get("Kvfs-Error-Kind") {
+					re.err = k.err
+				}
+			}
+			return n, re
+		}
+	}
+	return n, err
+}
+
+func (t *trailerReader) Close() error { return t.resp.Body.Close() }
+
+func (c *socketClient) Remove(path string) error {
+	_, err := c.do("DELETE", "/v1/file", url.Values{"path": {path}}, nil, &struct{}{})
+	return err
+}
+
+func (c *socketClient) Rename(oldpath, newpath string) error {
+	_, err := c.do("POST", "/v1/rename", url.Values{"from": {oldpath}, "to": {newpath}}, nil, &struct{}{})
+	return err
+}
+
+func (c *socketClient) Close() error { c.http.CloseIdleConnections(); return nil }
+
+// progressReader reports how much of a body has been sent.
+type progressReader struct {
+	r        io.Reader
+	done     int64
+	total    int64
+	progress func(done, total int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.done += int64(n)
+	p.progress(p.done, p.total)
+	return n, err
+}
+
