@@ -354,4 +354,3 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	p.progress(p.done, p.total)
 	return n, err
 }
-
