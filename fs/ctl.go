@@ -85,7 +85,7 @@ func (f *statsFile) content() ([]byte, error) {
 func (f *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	b, err := f.content()
 	if err != nil {
-		return errno(f.fsys.log, "stats", err)
+		return f.fsys.errno("stats", err)
 	}
 	out.Mode, out.Nlink, out.Size = syscall.S_IFREG|0o444, 1, uint64(len(b))
 	return 0
@@ -97,7 +97,7 @@ func (f *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	}
 	b, err := f.content()
 	if err != nil {
-		return nil, 0, errno(f.fsys.log, "stats", err)
+		return nil, 0, f.fsys.errno("stats", err)
 	}
 	return bytesHandle(b), fuse.FOPEN_DIRECT_IO, 0
 }
@@ -122,7 +122,7 @@ type mirrorDir struct {
 func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fi, err := d.fsys.s.StatIno(d.ino)
 	if err != nil {
-		return errno(d.fsys.log, "getattr", err)
+		return d.fsys.errno("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
 	out.Mode = syscall.S_IFDIR | 0o555
@@ -132,7 +132,7 @@ func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.At
 func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	fi, err := d.fsys.s.Lookup(d.ino, name)
 	if err != nil {
-		return nil, errno(d.fsys.log, "lookup", err)
+		return nil, d.fsys.errno("lookup", err)
 	}
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr)
@@ -151,7 +151,7 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	ents, err := d.fsys.s.ReadDir(d.ino)
 	if err != nil {
-		return nil, errno(d.fsys.log, "readdir", err)
+		return nil, d.fsys.errno("readdir", err)
 	}
 	list := make([]fuse.DirEntry, 0, len(ents))
 	for _, e := range ents {
@@ -180,8 +180,10 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 		return nil, fi, nil
 	}
 	if v := w.fsys.views.get(fi.ManifestID); v != nil {
+		w.fsys.Metrics.ViewHits.Add(1)
 		return v, fi, nil
 	}
+	w.fsys.Metrics.ViewMisses.Add(1)
 	f, err := w.fsys.s.OpenIno(w.ino)
 	if err != nil {
 		return nil, nil, err
@@ -204,7 +206,7 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	v, fi, err := w.view(ctx)
 	if err != nil {
-		return errno(w.fsys.log, "resolve snapshot", err)
+		return w.fsys.errno("resolve snapshot", err)
 	}
 	fillAttr(fi, &out.Attr)
 	out.Mode = syscall.S_IFREG | 0o444
@@ -221,12 +223,12 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	}
 	v, _, err := w.view(ctx)
 	if err != nil {
-		return nil, 0, errno(w.fsys.log, "resolve snapshot", err)
+		return nil, 0, w.fsys.errno("resolve snapshot", err)
 	}
 	if v == nil {
 		f, err := w.fsys.s.OpenIno(w.ino)
 		if err != nil {
-			return nil, 0, errno(w.fsys.log, "open", err)
+			return nil, 0, w.fsys.errno("open", err)
 		}
 		return &reader{f: f, fsys: w.fsys}, fuse.FOPEN_KEEP_CACHE, 0
 	}
@@ -257,7 +259,7 @@ func (r *wholeReader) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 				_, err = f.ReadAt(b, p.BlockOff)
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, errno(r.src.fsys.log, "read block "+p.Block, err)
+				return nil, r.src.fsys.errno("read block "+p.Block, err)
 			}
 		}
 		n += int(p.Len)

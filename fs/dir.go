@@ -18,7 +18,7 @@ type dirNode struct {
 func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fi, err := d.fsys.s.StatIno(d.ino.Load())
 	if err != nil {
-		return errno(d.fsys.log, "getattr", err)
+		return d.fsys.errno("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
 	return 0
@@ -47,7 +47,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name)
 	}
 	if err != nil {
-		return nil, errno(d.fsys.log, "lookup", err)
+		return nil, d.fsys.errno("lookup", err)
 	}
 	return d.child(ctx, name, fi, out), 0
 }
@@ -55,7 +55,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	ents, err := d.fsys.s.ReadDir(d.ino.Load())
 	if err != nil {
-		return nil, errno(d.fsys.log, "readdir", err)
+		return nil, d.fsys.errno("readdir", err)
 	}
 	list := make([]fuse.DirEntry, 0, len(ents))
 	for _, e := range ents {
@@ -73,17 +73,17 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	}
 	fi, err := d.fsys.s.MkdirAt(d.ino.Load(), name, goMode(mode), owner(ctx))
 	if err != nil {
-		return nil, errno(d.fsys.log, "mkdir", err)
+		return nil, d.fsys.errno("mkdir", err)
 	}
 	return d.child(ctx, name, fi, out), 0
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return errno(d.fsys.log, "rmdir", d.fsys.s.RemoveAt(d.ino.Load(), name, true))
+	return d.fsys.errno("rmdir", d.fsys.s.RemoveAt(d.ino.Load(), name, true))
 }
 
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return errno(d.fsys.log, "unlink", d.fsys.s.RemoveAt(d.ino.Load(), name, false))
+	return d.fsys.errno("unlink", d.fsys.s.RemoveAt(d.ino.Load(), name, false))
 }
 
 // Rename flags of renameat2(2).
@@ -104,7 +104,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return syscall.EPERM
 	}
 	err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, flags&renameNoReplace != 0)
-	return errno(d.fsys.log, "rename", err)
+	return d.fsys.errno("rename", err)
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -113,7 +113,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	}
 	fi, err := d.fsys.s.CreateAt(d.ino.Load(), name, goMode(mode), owner(ctx))
 	if err != nil {
-		return nil, nil, 0, errno(d.fsys.log, "create", err)
+		return nil, nil, 0, d.fsys.errno("create", err)
 	}
 	ch := d.child(ctx, name, fi, out)
 	f := ch.Operations().(*fileNode)
@@ -127,7 +127,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	st, err := d.fsys.s.StatFS()
 	if err != nil {
-		return errno(d.fsys.log, "statfs", err)
+		return d.fsys.errno("statfs", err)
 	}
 	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
 	out.Files, out.Ffree = st.Files, st.Ffree

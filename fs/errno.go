@@ -12,12 +12,21 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
-// errno maps an error from the store to the errno a FUSE call returns. It
-// is the only such mapping, built on errors.Is and errors.As (never
-// fs.ToErrno, which answers ENOSYS for wrapped errors). Errors that mean
-// lost or corrupt data, and errors nobody expected, are logged before they
-// become EIO.
-func errno(log *slog.Logger, op string, err error) syscall.Errno {
+// errno maps an error from the store to the errno a FUSE call returns,
+// and counts it by errno for the metrics.
+func (fsys *FS) errno(op string, err error) syscall.Errno {
+	e := mapErrno(fsys.log, op, err)
+	if e != 0 {
+		fsys.Metrics.countError(e)
+	}
+	return e
+}
+
+// mapErrno is the only mapping from errors to errnos, built on errors.Is
+// and errors.As (never fs.ToErrno, which answers ENOSYS for wrapped
+// errors). Errors that mean lost or corrupt data, and errors nobody
+// expected, are logged before they become EIO.
+func mapErrno(log *slog.Logger, op string, err error) syscall.Errno {
 	var e syscall.Errno
 	switch {
 	case err == nil:

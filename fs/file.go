@@ -43,7 +43,7 @@ type spool struct {
 func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fi, err := f.fsys.s.StatIno(f.ino.Load())
 	if err != nil {
-		return errno(f.fsys.log, "getattr", err)
+		return f.fsys.errno("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
 	f.mu.Lock()
@@ -92,7 +92,7 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 		}
 	}
 	if err := f.sp.f.Truncate(size); err != nil {
-		return errno(f.fsys.log, "truncate", err)
+		return f.fsys.errno("truncate", err)
 	}
 	f.sp.size, f.sp.dirty = size, true
 	if !temp {
@@ -111,7 +111,7 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 	sf, err := os.CreateTemp(f.fsys.spool, "w-")
 	if err != nil {
-		return errno(f.fsys.log, "create spool", err)
+		return f.fsys.errno("create spool", err)
 	}
 	sp := &spool{f: sf}
 	if !empty {
@@ -124,7 +124,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		if err != nil {
 			sf.Close()
 			os.Remove(sf.Name())
-			return errno(f.fsys.log, "copy to spool", err)
+			return f.fsys.errno("copy to spool", err)
 		}
 	}
 	f.sp = sp
@@ -148,7 +148,7 @@ func (f *fileNode) hold() syscall.Errno {
 		return 0
 	}
 	if err := f.fsys.s.Hold(f.ino.Load()); err != nil {
-		return errno(f.fsys.log, "open for write", err)
+		return f.fsys.errno("open for write", err)
 	}
 	f.held = f.ino.Load()
 	return 0
@@ -171,14 +171,16 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if f.sp == nil || !f.sp.dirty {
 		return 0
 	}
-	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, store.CommitOptions{Mtime: time.Now(), Adopt: true})
+	start := time.Now()
+	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, store.CommitOptions{Mtime: start, Adopt: true})
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
 	}
 	if err != nil {
-		return errno(f.fsys.log, "commit", err)
+		return f.fsys.errno("commit", err)
 	}
+	f.fsys.Metrics.countCommit(fi.Size, st.NewBytes, st.ReusedBytes, st.ZeroBytes, st.Adopted, time.Since(start))
 	if st.Adopted {
 		// The spool became a pack: it is the store's now. A later write
 		// starts a new spool from the committed content.
@@ -212,7 +214,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	sf, err := f.fsys.s.OpenIno(f.ino.Load())
 	if err != nil {
-		return nil, 0, errno(f.fsys.log, "open", err)
+		return nil, 0, f.fsys.errno("open", err)
 	}
 	var fl uint32
 	if f.cached == f.version {
@@ -245,7 +247,7 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 		}
 	} else if trunc && f.sp.size > 0 {
 		if err := f.sp.f.Truncate(0); err != nil {
-			return nil, errno(f.fsys.log, "truncate", err)
+			return nil, f.fsys.errno("truncate", err)
 		}
 		f.sp.size, f.sp.dirty = 0, true
 	}
@@ -261,23 +263,30 @@ type reader struct {
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), r.f.Size()-off)
+	r.fsys.Metrics.ReadRequests.Add(1)
 	if fd, packOff, ok := r.f.Span(off, int(n)); ok && fd != nil && spliceReads {
 		// One chunk: the kernel splices it from the pack file, no copy.
+		r.fsys.Metrics.SplicedReads.Add(1)
+		r.fsys.Metrics.ReadBytes.Add(n)
 		return fuse.ReadResultFd(fd.Fd(), packOff, int(n)), 0
 	}
-	return r.readAt(dest, off)
+	res, e := r.readAt(dest, off)
+	if e == 0 {
+		r.fsys.Metrics.ReadBytes.Add(int64(res.Size()))
+	}
+	return res, e
 }
 
 func (r *reader) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := r.f.ReadAt(dest, off)
 	if err != nil && err != io.EOF {
-		return nil, errno(r.fsys.log, "read", err)
+		return nil, r.fsys.errno("read", err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
 func (r *reader) Release(ctx context.Context) syscall.Errno {
-	return errno(r.fsys.log, "release", r.f.Close())
+	return r.fsys.errno("release", r.f.Close())
 }
 
 // spoolReader reads a file that is being written, from its spool.
@@ -294,12 +303,12 @@ func (f *fileNode) readSpool(ctx context.Context, dest []byte, off int64) (fuse.
 		// Committed and closed meanwhile: read the committed version.
 		sf, err := f.fsys.s.OpenIno(f.ino.Load())
 		if err != nil {
-			return nil, errno(f.fsys.log, "read", err)
+			return nil, f.fsys.errno("read", err)
 		}
 		defer sf.Close()
 		n, err := sf.ReadAt(dest, off)
 		if err != nil && err != io.EOF {
-			return nil, errno(f.fsys.log, "read", err)
+			return nil, f.fsys.errno("read", err)
 		}
 		return fuse.ReadResultData(dest[:n]), 0
 	}
@@ -308,7 +317,7 @@ func (f *fileNode) readSpool(ctx context.Context, dest []byte, off int64) (fuse.
 	}
 	n, err := f.sp.f.ReadAt(dest[:min(int64(len(dest)), f.sp.size-off)], off)
 	if err != nil && err != io.EOF {
-		return nil, errno(f.fsys.log, "read spool", err)
+		return nil, f.fsys.errno("read spool", err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
@@ -329,6 +338,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	n, err := f.sp.f.WriteAt(data, off)
+	f.fsys.Metrics.WriteBytes.Add(int64(n))
 	if end := off + int64(n); end > f.sp.size {
 		f.sp.size = end
 	}
@@ -336,7 +346,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		f.sp.dirty = true
 	}
 	if err != nil {
-		return uint32(n), errno(f.fsys.log, "write", err)
+		return uint32(n), f.fsys.errno("write", err)
 	}
 	return uint32(n), 0
 }

@@ -32,6 +32,8 @@ type FS struct {
 	log   *slog.Logger
 	spool string    // directory of spool files
 	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
+	// Metrics counts the filesystem's work, for --metrics.
+	Metrics Metrics
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the
@@ -43,6 +45,9 @@ type Server struct {
 	*fuse.Server
 	root *dirNode
 }
+
+// Metrics returns the filesystem's counters.
+func (s *Server) Metrics() *Metrics { return &s.root.fsys.Metrics }
 
 // Invalidate tells the kernel that the entry at path (relative to the
 // mount) changed without going through the mount — a put, remove or

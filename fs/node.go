@@ -130,8 +130,8 @@ func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo
 	}
 	if !changed {
 		fi, err := n.fsys.s.StatIno(n.ino.Load())
-		return fi, errno(n.fsys.log, "getattr", err)
+		return fi, n.fsys.errno("getattr", err)
 	}
 	fi, err := n.fsys.s.SetAttr(n.ino.Load(), c)
-	return fi, errno(n.fsys.log, "setattr", err)
+	return fi, n.fsys.errno("setattr", err)
 }

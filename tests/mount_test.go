@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -501,5 +502,24 @@ func TestSIGTERM(t *testing.T) {
 	m.start(t)
 	if cpErr == nil {
 		sh(t, fmt.Sprintf("cmp %s %s", src, m.path("f")))
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	m := newMount(t, "--metrics", "127.0.0.1:19187")
+	src := filepath.Join(t.TempDir(), "f")
+	randFile(t, src, 1<<20, 11)
+	sh(t, fmt.Sprintf("cp %s %s && cat %s > /dev/null && cat %s/nope 2>/dev/null || true", src, m.path("f"), m.path("f"), m.mnt))
+	resp, err := http.Get("http://127.0.0.1:19187/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"kvfs_commits_total 1", "kvfs_write_bytes_total 1048576", "kvfs_store_files 1",
+		`kvfs_errors_total{errno="ENOENT"}`, "kvfs_ingest_new_bytes_total 1048576", "kvfs_read_bytes_total"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
 	}
 }

@@ -30,6 +30,7 @@ type mountOptions struct {
 	readyFD    int
 	blobGrace  time.Duration
 	cpuProfile string
+	metrics    string
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -42,6 +43,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
@@ -114,6 +116,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		flags = append(flags, "--debug-fuse")
 	}
 	flags = append(flags, "--blob-grace", o.blobGrace.String())
+	if o.metrics != "" {
+		flags = append(flags, "--metrics", o.metrics)
+	}
 	if o.cpuProfile != "" {
 		p, err := filepath.Abs(o.cpuProfile)
 		if err != nil {
@@ -186,6 +191,14 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		return fail(err)
 	}
 	defer ctl.close()
+	if o.metrics != "" {
+		stop, err := serveMetrics(o.metrics, s, srv)
+		if err != nil {
+			srv.Unmount()
+			return fail(err)
+		}
+		defer stop()
+	}
 	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify)
 	ready("ok")
 
