@@ -523,3 +523,38 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestMountHelper: mount(8)'s helper contrib/mount.fuse.kvfs mounts with
+// fstab-style options.
+func TestMountHelper(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	store, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	kvfs(t, "init", store)
+	helper := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("../contrib/mount.fuse.kvfs", args...)
+		cmd.Env = append(os.Environ(), "KVFS="+kvfsBin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("mount.fuse.kvfs %v: %v\n%s", args, err, out)
+		}
+	}
+	helper(store, mnt, "-f", "-o", "rw")
+	if isMounted(mnt) {
+		t.Fatal("-f (fake) mounted")
+	}
+	helper(store, mnt, "-n", "-o", "rw,noatime,nosuid,nodev,blob_grace=5m,verify,log_level=debug")
+	if !isMounted(mnt) {
+		t.Fatal("not mounted")
+	}
+	defer func() {
+		kvfs(t, "unmount", mnt)
+		m := &mount{store: store, mnt: mnt}
+		m.check(t)
+	}()
+	os.WriteFile(filepath.Join(mnt, "x"), []byte("x"), 0o644)
+	if out := sh(t, "ps -eo args | grep '[k]vfs mount --foreground'"); !strings.Contains(out, "--blob-grace 5m0s") || !strings.Contains(out, "--verify") {
+		t.Fatalf("daemon arguments: %s", out)
+	}
+}
