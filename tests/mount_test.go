@@ -558,3 +558,33 @@ func TestMountHelper(t *testing.T) {
 		t.Fatalf("daemon arguments: %s", out)
 	}
 }
+
+// TestSetattr: chmod, chown (root), utimes and truncate through the mount;
+// chown by another user is refused by the kernel (default_permissions).
+func TestSetattr(t *testing.T) {
+	m := newMount(t, "-o", "allow_other") // the other user must reach it
+	p := m.path("f")
+	os.WriteFile(p, []byte("0123456789"), 0o644)
+	sh(t, fmt.Sprintf("truncate -s 4 %[1]s && chmod 600 %[1]s && chown 65534:65534 %[1]s && touch -m -d '2020-01-02 03:04:05' %[1]s", p))
+	out := sh(t, "stat -c '%a %u %g %s %Y' "+p)
+	if strings.TrimSpace(out) != "600 65534 65534 4 1577934245" {
+		t.Fatalf("stat after setattr: %q", out)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "0123" {
+		t.Fatalf("truncated content %q", got)
+	}
+	sh(t, "truncate -s 8 "+p)
+	if got, _ := os.ReadFile(p); string(got) != "0123\x00\x00\x00\x00" {
+		t.Fatalf("extended content %q", got)
+	}
+	// Let the other user reach the mount.
+	for d := filepath.Dir(m.mnt); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	if err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "chown", "0", p).Run(); err == nil {
+		t.Fatal("a user gave a file away")
+	}
+	if err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "chmod", "644", p).Run(); err != nil {
+		t.Fatalf("the owner could not chmod: %v", err)
+	}
+}
