@@ -43,6 +43,35 @@ func inoPath(tx *manifest.Tx, n *manifest.Inode) string {
 	return strings.Join(parts, "/")
 }
 
+// viewInode and updateInode run fn in a transaction and describe the
+// inode it returns; errors are wrapped with op and the entry.
+func (s *Store) viewInode(op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
+	return s.inodeTx(s.db.View, op, parent, name, fn)
+}
+
+func (s *Store) updateInode(op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
+	return s.inodeTx(s.db.Update, op, parent, name, fn)
+}
+
+func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
+	var fi *FileInfo
+	err := run(func(tx *manifest.Tx) error {
+		n, err := fn(tx)
+		if errors.Is(err, manifest.ErrNotFound) {
+			err = fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		fi = inoInfo(tx, n)
+		return nil
+	})
+	if err != nil {
+		return nil, inoErr(op, parent, name, err)
+	}
+	return fi, nil
+}
+
 func inoInfo(tx *manifest.Tx, n *manifest.Inode) *FileInfo {
 	fi := info(inoPath(tx, n), n.Name, n)
 	fi.Ctime, fi.UID, fi.GID = time.Unix(0, n.Ctime), n.UID, n.GID
@@ -52,46 +81,18 @@ func inoInfo(tx *manifest.Tx, n *manifest.Inode) *FileInfo {
 
 // StatIno describes an inode.
 func (s *Store) StatIno(ino uint64) (*FileInfo, error) {
-	var fi *FileInfo
-	err := s.db.View(func(tx *manifest.Tx) error {
-		n, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
-		if err != nil {
-			return err
-		}
-		fi = inoInfo(tx, n)
-		return nil
-	})
-	if err != nil {
-		return nil, inoErr("stat", ino, "", err)
-	}
-	return fi, nil
+	return s.viewInode("stat", ino, "", func(tx *manifest.Tx) (*manifest.Inode, error) { return tx.Inode(ino) })
 }
 
 // Lookup describes the entry name in directory parent.
 func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
-	var fi *FileInfo
-	err := s.db.View(func(tx *manifest.Tx) error {
+	return s.viewInode("lookup", parent, name, func(tx *manifest.Tx) (*manifest.Inode, error) {
 		ino, err := tx.Lookup(parent, name)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		n, err := tx.Inode(ino)
-		if err != nil {
-			return err
-		}
-		fi = inoInfo(tx, n)
-		return nil
+		return tx.Inode(ino)
 	})
-	if err != nil {
-		return nil, inoErr("lookup", parent, name, err)
-	}
-	return fi, nil
 }
 
 // ReadDir lists directory ino in name order.
@@ -132,29 +133,20 @@ type Owner struct{ UID, GID uint32 }
 
 // MkdirAt creates directory name in parent.
 func (s *Store) MkdirAt(parent uint64, name string, perm fs.FileMode, o Owner) (*FileInfo, error) {
-	var fi *FileInfo
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	return s.updateInode("mkdir", parent, name, func(tx *manifest.Tx) (*manifest.Inode, error) {
 		if err := checkName(tx, parent, name); err != nil {
-			return err
+			return nil, err
 		}
 		n, err := mkdir(tx, parent, name, perm)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		n.UID, n.GID = o.UID, o.GID
 		if err := tx.PutInode(n); err != nil {
-			return err
+			return nil, err
 		}
-		if err := touchDir(tx, parent); err != nil {
-			return err
-		}
-		fi = inoInfo(tx, n)
-		return nil
+		return n, touchDir(tx, parent)
 	})
-	if err != nil {
-		return nil, inoErr("mkdir", parent, name, err)
-	}
-	return fi, nil
 }
 
 // checkName checks that parent is a directory without an entry name.
@@ -181,38 +173,29 @@ func checkName(tx *manifest.Tx, parent uint64, name string) error {
 // CreateAt creates an empty file name in parent: the name is visible at
 // once, and CommitIno gives it content.
 func (s *Store) CreateAt(parent uint64, name string, perm fs.FileMode, o Owner) (*FileInfo, error) {
-	var fi *FileInfo
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	return s.updateInode("create", parent, name, func(tx *manifest.Tx) (*manifest.Inode, error) {
 		if err := checkName(tx, parent, name); err != nil {
-			return err
+			return nil, err
 		}
 		ino, err := tx.NextIno()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		now := time.Now().UnixNano()
 		var empty manifest.Manifest
 		n := &manifest.Inode{Ino: ino, Mode: perm.Perm(), Mtime: now, Ctime: now, UID: o.UID, GID: o.GID,
 			Parent: parent, Name: name, ManifestID: empty.ID(), Kind: kindPlain}
 		if err := tx.PutInode(n); err != nil {
-			return err
+			return nil, err
 		}
 		if err := tx.PutManifest(ino, empty); err != nil {
-			return err
+			return nil, err
 		}
 		if err := tx.Link(parent, name, ino); err != nil {
-			return err
+			return nil, err
 		}
-		if err := touchDir(tx, parent); err != nil {
-			return err
-		}
-		fi = inoInfo(tx, n)
-		return nil
+		return n, touchDir(tx, parent)
 	})
-	if err != nil {
-		return nil, inoErr("create", parent, name, err)
-	}
-	return fi, nil
 }
 
 // RemoveAt removes name from parent: with dir, only an empty directory
@@ -253,28 +236,20 @@ func (s *Store) RenameAt(op uint64, oname string, np uint64, nname string, noRep
 
 // AttrChange is a change of attributes; nil fields stay.
 type AttrChange struct {
-	Mode       *fs.FileMode // permission bits
-	UID, GID   *uint32
-	Mtime      *time.Time
-	ClearSetID bool // clear setuid/setgid (on chown by non-root, as Linux does)
+	Mode     *fs.FileMode // permission bits
+	UID, GID *uint32
+	Mtime    *time.Time
 }
 
 // SetAttr changes an inode's attributes.
 func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
-	var fi *FileInfo
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	return s.updateInode("setattr", ino, "", func(tx *manifest.Tx) (*manifest.Inode, error) {
 		n, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if c.Mode != nil {
 			n.Mode = n.Mode.Type() | c.Mode.Perm() | (*c.Mode & (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
-		}
-		if c.ClearSetID {
-			n.Mode &^= fs.ModeSetuid | fs.ModeSetgid
 		}
 		if c.UID != nil {
 			n.UID = *c.UID
@@ -286,16 +261,8 @@ func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
 			n.Mtime = c.Mtime.UnixNano()
 		}
 		n.Ctime = time.Now().UnixNano()
-		if err := tx.PutInode(n); err != nil {
-			return err
-		}
-		fi = inoInfo(tx, n)
-		return nil
+		return n, tx.PutInode(n)
 	})
-	if err != nil {
-		return nil, inoErr("setattr", ino, "", err)
-	}
-	return fi, nil
 }
 
 // Xattr errors.
