@@ -264,11 +264,12 @@ type reader struct {
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), r.f.Size()-off)
 	r.fsys.Metrics.ReadRequests.Add(1)
-	if fd, packOff, ok := r.f.Span(off, int(n)); ok && fd != nil && spliceReads {
-		// One chunk: the kernel splices it from the pack file, no copy.
-		r.fsys.Metrics.SplicedReads.Add(1)
-		r.fsys.Metrics.ReadBytes.Add(n)
-		return fuse.ReadResultFd(fd.Fd(), packOff, int(n)), 0
+	if segs, ok := r.f.Segments(off, int(n)); ok && r.fsys.splice {
+		if res := spliceResult(segs, int(n)); res != nil {
+			r.fsys.Metrics.SplicedReads.Add(1)
+			r.fsys.Metrics.ReadBytes.Add(n)
+			return res, 0
+		}
 	}
 	res, e := r.readAt(dest, off)
 	if e == 0 {

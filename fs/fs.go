@@ -32,6 +32,9 @@ type FS struct {
 	log   *slog.Logger
 	spool string    // directory of spool files
 	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
+	// splice says replies may be spliced: the pipe size limit admits a
+	// whole request plus its header (see raisePipeLimit).
+	splice bool
 	// Metrics counts the filesystem's work, for --metrics.
 	Metrics Metrics
 }
@@ -76,6 +79,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool")}
+	fsys.splice = raisePipeLimit(requestBytes+64<<10, opts.Logger)
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
 	neg := time.Duration(0)

@@ -2,5 +2,14 @@
 
 package fs
 
-// spliceReads is off where FUSE has no splice (macFUSE): reads copy.
-const spliceReads = false
+import (
+	"log/slog"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/store"
+)
+
+// spliceResult: macFUSE has no splice; reads are copied.
+func spliceResult(segs []store.Segment, total int) fuse.ReadResult { return nil }
+
+func raisePipeLimit(want int, log *slog.Logger) bool { return false }

@@ -201,26 +201,42 @@ func (s *Store) unpin(ino uint64) error {
 	return nil
 }
 
-// Span describes where the bytes [off, off+n) of f lie when they lie in
-// one place: a range of one pack file (fd is the store's shared
-// descriptor; do not close it, and do not use it after f is closed), or a
-// run of zeros (fd nil). ok is false when the range crosses extents or the
-// store verifies reads (then bytes must go through ReadAt).
-func (f *File) Span(off int64, n int) (fd *os.File, packOff int64, ok bool) {
+// Segment is one run of a file's bytes: Len bytes at Off of a pack file
+// (Fd, the store's shared descriptor: do not close it, and do not use it
+// after the file is closed), or Len zeros (Fd nil).
+type Segment struct {
+	Fd  *os.File
+	Off int64
+	Len int
+}
+
+// Segments maps [off, off+n) (clipped to the file) to pack ranges and zero
+// runs, for callers that move bytes without copying them (splice). ok is
+// false when the store or the file verifies reads: then bytes must go
+// through ReadAt, which checks them.
+func (f *File) Segments(off int64, n int) (segs []Segment, ok bool) {
 	if f.s.verify || f.verify || off < 0 || off >= f.size || n <= 0 {
-		return nil, 0, false
+		return nil, false
 	}
+	end := min(off+int64(n), f.size)
 	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
-	e := &f.exts[i]
-	if off+int64(n) > e.off+e.n {
-		return nil, 0, false
+	for ; off < end; i++ {
+		e := &f.exts[i]
+		k := min(end, e.off+e.n) - off
+		s := Segment{Len: int(k)}
+		if !e.zero {
+			pf, err := f.s.packs.File(e.loc.Pack)
+			if err != nil {
+				return nil, false
+			}
+			s.Fd, s.Off = pf, e.loc.Off+off-e.off
+		}
+		if last := len(segs) - 1; last >= 0 && segs[last].Fd == s.Fd && (s.Fd == nil || segs[last].Off+int64(segs[last].Len) == s.Off) {
+			segs[last].Len += s.Len // contiguous in the pack, or zeros after zeros
+		} else {
+			segs = append(segs, s)
+		}
+		off += k
 	}
-	if e.zero {
-		return nil, 0, true
-	}
-	pf, err := f.s.packs.File(e.loc.Pack)
-	if err != nil {
-		return nil, 0, false
-	}
-	return pf, e.loc.Off + off - e.off, true
+	return segs, true
 }
