@@ -33,7 +33,7 @@ type FS struct {
 	spool string    // directory of spool files
 	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
 	// splice says replies may be spliced: the pipe size limit admits a
-	// whole request plus its header (see raisePipeLimit).
+	// whole request plus its header (see RaisePipeLimit).
 	splice bool
 	// Metrics counts the filesystem's work, for --metrics.
 	Metrics Metrics
@@ -79,7 +79,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool")}
-	fsys.splice = raisePipeLimit(requestBytes+64<<10, opts.Logger)
+	fsys.splice = canSplice
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
 	neg := time.Duration(0)

@@ -52,28 +52,40 @@ func spliceResult(segs []store.Segment, total int) fuse.ReadResult {
 
 const pipeMaxSize = "/proc/sys/fs/pipe-max-size"
 
-// raisePipeLimit makes sure a pipe can hold want bytes, so that go-fuse can
-// splice a full read reply (data plus header) instead of failing, copying
-// and logging for every request. Root may raise the system's limit
-// (fs.pipe-max-size, 1 MiB by default); it reports whether splicing fits.
-func raisePipeLimit(want int, log *slog.Logger) bool {
+// PipeWant is the pipe size that a spliced read reply needs: a whole
+// request plus its header.
+const PipeWant = requestBytes + 64<<10
+
+func pipeLimit() int {
 	b, err := os.ReadFile(pipeMaxSize)
 	if err != nil {
-		return false
+		return 0
 	}
-	cur, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// canSplice reports whether pipes can hold a read reply. go-fuse reads the
+// limit once, when the process starts; so does this.
+var canSplice = pipeLimit() >= PipeWant
+
+// RaisePipeLimit raises the system's pipe size limit (fs.pipe-max-size,
+// 1 MiB by default) so that go-fuse can splice a full read reply instead
+// of failing, copying and logging for every request. It needs root, and
+// takes effect in processes started afterwards (go-fuse reads the limit
+// at start-up): the daemon calls it before it starts. It reports whether
+// it changed the limit.
+func RaisePipeLimit(log *slog.Logger) bool {
+	cur := pipeLimit()
+	if cur == 0 || cur >= PipeWant {
 		return false
-	}
-	if cur >= want {
-		return true
 	}
 	size := 2 << 20
-	for size < want {
+	for size < PipeWant {
 		size *= 2
 	}
 	if err := os.WriteFile(pipeMaxSize, []byte(strconv.Itoa(size)), 0o644); err != nil {
-		log.Info("reads are copied, not spliced: the pipe size limit is below a read reply", "limit", cur, "want", want)
+		log.Info("reads will be copied, not spliced: the pipe size limit is below a read reply", "limit", cur, "want", PipeWant)
 		return false
 	}
 	log.Info("raised fs.pipe-max-size so that reads can be spliced", "from", cur, "to", size)

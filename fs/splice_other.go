@@ -12,4 +12,8 @@ import (
 // spliceResult: macFUSE has no splice; reads are copied.
 func spliceResult(segs []store.Segment, total int) fuse.ReadResult { return nil }
 
-func raisePipeLimit(want int, log *slog.Logger) bool { return false }
+// canSplice is false: macFUSE has no splice.
+const canSplice = false
+
+// RaisePipeLimit does nothing where there is no splice.
+func RaisePipeLimit(log *slog.Logger) bool { return false }

@@ -78,6 +78,15 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Splicing 1 MiB replies needs a larger pipe limit, which go-fuse
+	// reads when the process starts: raise it first, and if this process
+	// is the one to serve, start it again to see the new limit.
+	if os.Geteuid() == 0 && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
+		exe, err := os.Executable()
+		if err == nil {
+			return syscall.Exec(exe, os.Args, os.Environ())
+		}
+	}
 	if !o.foreground {
 		return daemonize(append(fs.Args()[:0:0], storeDir, mnt), storeDir, o, stdout)
 	}
