@@ -78,6 +78,15 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Fail here, with the cause, rather than in the daemon's log.
+	if _, err := os.Stat(filepath.Join(storeDir, "kvfs.db")); err != nil {
+		return fmt.Errorf("mount: %s is not a kvfs store (run kvfs init %s): %w", storeDir, storeDir, err)
+	}
+	if fi, err := os.Stat(mnt); err != nil {
+		return fmt.Errorf("mount: mount point: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("mount: mount point %s is not a directory", mnt)
+	}
 	// Splicing 1 MiB replies needs a larger pipe limit, which go-fuse
 	// reads when the process starts: raise it first, and if this process
 	// is the one to serve, start it again to see the new limit.

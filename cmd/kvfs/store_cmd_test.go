@@ -152,3 +152,27 @@ func TestProgressBar(t *testing.T) {
 		t.Fatalf("progress drawn on a non-terminal: %q", quiet.String())
 	}
 }
+
+func TestMountUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", st)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"mount", filepath.Join(dir, "nostore"), dir}, exitFailure, "is not a kvfs store (run kvfs init"},
+		{[]string{"mount", st, filepath.Join(dir, "missing")}, exitFailure, "mount point"},
+		{[]string{"mount", st, filepath.Join(st, "kvfs.db")}, exitFailure, "is not a directory"},
+		{[]string{"mount", st}, exitUsage, "want STORE MOUNTPOINT"},
+		{[]string{"mount", "-o", "bogus", st, dir}, exitUsage, `unknown mount option "bogus"`},
+		{[]string{"mount", "--log-level", "loud", st, dir}, exitUsage, "--log-level"},
+		{[]string{"unmount"}, exitUsage, "want MOUNTPOINT"},
+	} {
+		code, out, errOut := runCmd(c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("kvfs %v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", c.args, code, c.code, c.want, out, errOut)
+		}
+	}
+}
