@@ -195,7 +195,9 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	}
 	src := &blockSource{fsys: w.fsys, dir: w.dir}
 	defer src.close()
-	v, err := mlx.NewWholeView(ctx, snap, src)
+	// Finished even if the caller is interrupted: the view is cached for
+	// the next open.
+	v, err := mlx.NewWholeView(context.WithoutCancel(ctx), snap, src)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -165,12 +165,17 @@ func (f *fileNode) unhold() {
 }
 
 // commitLocked ingests the spool as the file's new content if it changed.
+// It is not cancelled when the caller is interrupted: the kernel sends an
+// interrupt for any signal the caller receives (Go programs get SIGURG for
+// preemption all the time), and a close(2) or fsync(2) that failed with
+// EINTR after the writes were accepted would leave the file unstored.
 // A file that lost its name while being written is not stored: its bytes
 // die with the spool, as an unlinked file's do. Called with f.mu held.
 func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if f.sp == nil || !f.sp.dirty {
 		return 0
 	}
+	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, store.CommitOptions{Mtime: start, Adopt: true})
 	if errors.Is(err, iofs.ErrNotExist) {
