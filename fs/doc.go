@@ -14,7 +14,14 @@
 // (FOPEN_KEEP_CACHE) unless the node's content changed since its last
 // open, and entries and attributes get long timeouts: every change goes
 // through this daemon, and the kernel learns of it from the operation
-// itself.
+// itself, or from Server.Invalidate for changes made through the control
+// socket. Reads are spliced from the pack files where the kernel allows
+// (one chunk: the pack range itself; several: a pipe), and copied
+// otherwise.
+//
+// The root also holds a virtual, read-only /.kvfs tree (ctl.go): stats,
+// and whole/, where blocks-layout snapshots appear resolved into the whole
+// layout.
 //
 // Symbolic links, hard links and device nodes are not supported: kvfs holds
 // snapshots, and each file has exactly one name. symlink(2), link(2) and

@@ -16,6 +16,11 @@
 // and the name, checking again that every reused chunk still exists (a
 // chunk freed meanwhile is written again from the source).
 //
+// A file written through the mount arrives as a spool file; when most of
+// it is new, the spool itself becomes a pack (adopt.go). Engine blocks are
+// kept alive by blob records while format-5 manifests list them
+// (blobs.go).
+//
 // Chunks are released when the last committed manifest listing them goes:
 // on remove or replace, or on the last close of a file removed while open.
 // A released chunk leaves the index in that same transaction, and its range
