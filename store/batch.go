@@ -1,0 +1,384 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// batchBytes is how much of the source is read, hashed and appended at a
+// time. Two batches are in memory: one being read, one being processed.
+const batchBytes = 16 << 20
+
+// errSourceChanged: the source file shrank while it was being read.
+var errSourceChanged = errors.New("source file changed (truncated) while it was being stored")
+
+// guardFault runs fn and turns a memory fault into errSourceChanged: with a
+// mapped source, a file truncated under the mapping faults when touched
+// (SIGBUS), which must fail the ingest, not the process.
+func guardFault(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); ok {
+				err = errSourceChanged
+				return
+			}
+			panic(r)
+		}
+	}()
+	return fn()
+}
+
+// batch is a run of whole regions read into memory together.
+type batch struct {
+	regions []region
+	off     int64
+	buf     []byte
+	unmap   func() // set when buf is a mapping of the source
+	err     error
+}
+
+// writeJob fills reserved pack bytes: from data, or from the source file
+// at srcOff when the source is a file (copied inside the kernel).
+type writeJob struct {
+	app    *blockstore.Appender
+	off    int64 // pack offset
+	data   []byte
+	srcOff int64
+	n      int64
+	after  func() // runs once the job is done (returns a buffer)
+}
+
+// chunkAll reads the source batch by batch, cuts and hashes each batch on
+// all cores, and hands the new chunks to a writer goroutine: reading batch
+// k+2, hashing k+1 and writing k overlap.
+func (in *ingest) chunkAll(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan *batch, 1)
+	free := make(chan []byte, 3)
+	for range 3 {
+		free <- nil
+	}
+	go in.readBatches(ctx, batches, free)
+
+	jobs := make(chan writeJob, 256)
+	var werr error
+	wdone := make(chan struct{})
+	srcFile, _ := in.src.(*os.File)
+	go func() {
+		defer close(wdone)
+		for j := range jobs {
+			if werr == nil && j.app != nil {
+				if j.data != nil || srcFile == nil {
+					werr = j.app.WriteAt(j.data, j.off)
+				} else {
+					werr = j.app.CopyFrom(srcFile, j.srcOff, j.off, j.n)
+				}
+				j.app.StartWriteback(j.off, j.n)
+			}
+			if j.after != nil {
+				j.after()
+			}
+		}
+	}()
+	in.jobs = jobs
+	var done int64
+	var err error
+	for b := range batches {
+		if err == nil {
+			err = b.err
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err == nil {
+			err = guardFault(func() error { return in.processBatch(b.regions, b.off, b.buf, srcFile != nil) })
+		}
+		if b.unmap != nil {
+			// Mapped batches come from a file source, whose writes copy
+			// from the file, not from buf: the mapping can go now.
+			b.unmap()
+			free <- nil
+		} else {
+			buf := b.buf
+			jobs <- writeJob{after: func() { free <- buf }}
+		}
+		if err != nil {
+			cancel() // stop the reader; the loop drains what it sent
+			continue
+		}
+		done += int64(len(b.buf))
+		if in.opts.Progress != nil {
+			in.opts.Progress(done, in.size)
+		}
+	}
+	close(jobs)
+	<-wdone
+	in.jobs = nil
+	if err == nil {
+		err = werr
+	}
+	if err == nil && done != in.size {
+		if err = ctx.Err(); err == nil {
+			err = fmt.Errorf("read %d of %d source bytes", done, in.size)
+		}
+	}
+	return err
+}
+
+// readBatches reads the plan's regions in batches of up to batchBytes:
+// whole regions, at least one; plain regions are split at C multiples.
+func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free chan []byte) {
+	defer close(batches)
+	regs := in.plan.regions
+	for len(regs) > 0 {
+		b := &batch{off: regs[0].off}
+		var n int64
+		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes) {
+			r := regs[0]
+			if !r.row && !r.zero && n+r.n > batchBytes {
+				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
+				if take < r.n {
+					b.regions = append(b.regions, region{off: r.off, n: take})
+					regs[0] = region{off: r.off + take, n: r.n - take}
+					n += take
+					break
+				}
+			}
+			b.regions = append(b.regions, r)
+			n += r.n
+			regs = regs[1:]
+		}
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return
+		}
+		if m, ok := mapSource(in.src, b.off, n); ok {
+			// The batch is the page cache itself: no copy to hash it.
+			if buf != nil {
+				free <- buf // not needed; keep it for a later batch
+			}
+			b.buf, b.unmap = m.data, m.close
+		} else {
+			if int64(cap(buf)) < n {
+				buf = make([]byte, n)
+			}
+			b.buf = buf[:n]
+			if _, err := in.src.ReadAt(b.buf, b.off); err != nil && !(err == io.EOF && int64(len(b.buf)) == n) {
+				b.err = fmt.Errorf("read source at %d: %w", b.off, err)
+			}
+		}
+		select {
+		case batches <- b:
+		case <-ctx.Done():
+			return
+		}
+		if b.err != nil {
+			return
+		}
+	}
+}
+
+// processBatch cuts and hashes the regions of one batch in parallel, then
+// deduplicates their chunks in file order and queues the new ones for
+// writing: runs of new chunks that are contiguous in the source become one
+// write. fromFile says the writer copies from the source file, so the
+// batch buffer is free as soon as this returns.
+func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFile bool) error {
+	if in.blob != nil {
+		in.blob.Write(buf)
+	}
+	// Split plain regions into chunk-sized work items so that a single
+	// large region still hashes on every core.
+	type item struct {
+		r    region
+		refs []chunkRef
+	}
+	var items []item
+	C := in.s.chunkSize
+	for _, r := range regions {
+		data := buf[r.off-base : r.off-base+r.n]
+		if r.zero {
+			if isZero(data) {
+				items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, zero: true}}})
+				continue
+			}
+			r.zero = false
+		}
+		if r.row {
+			items = append(items, item{r: r})
+			continue
+		}
+		for off := int64(0); off < r.n; off += C {
+			items = append(items, item{r: region{off: r.off + off, n: min(C, r.n-off)}})
+		}
+	}
+	var next atomic.Int64
+	var faulted atomic.Bool
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			werr := guardFault(func() error {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(items) {
+						return nil
+					}
+					it := &items[i]
+					if it.refs != nil {
+						continue
+					}
+					it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C)
+				}
+			})
+			if werr != nil {
+				faulted.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if faulted.Load() {
+		return errSourceChanged
+	}
+
+	// Look every chunk not seen in this ingest up in the index at once.
+	var unknown []blockstore.ID
+	for _, it := range items {
+		for _, c := range it.refs {
+			if !c.zero {
+				if _, ok := in.states[c.id]; !ok {
+					unknown = append(unknown, c.id)
+				}
+			}
+		}
+	}
+	stored := map[blockstore.ID]bool{}
+	if len(unknown) > 0 {
+		in.s.db.View(func(tx *manifest.Tx) error {
+			for _, id := range unknown {
+				if _, err := tx.Chunk(id); err == nil {
+					stored[id] = true
+				}
+			}
+			return nil
+		})
+	}
+	var run *writeJob // the write being extended
+	flush := func() {
+		if run != nil {
+			if fromFile {
+				run.data = nil
+			} else {
+				run.data = buf[run.srcOff-base : run.srcOff-base+run.n]
+			}
+			in.jobs <- *run
+			run = nil
+		}
+	}
+	for _, it := range items {
+		for _, c := range it.refs {
+			in.refs = append(in.refs, c)
+			switch {
+			case c.zero:
+				in.stats.ZeroBytes += c.n
+				flush()
+				continue
+			case c.parent:
+				in.stats.ParentReused += c.n
+			}
+			if _, ok := in.states[c.id]; ok || stored[c.id] {
+				if !ok {
+					in.states[c.id] = &chunkState{off: c.off}
+				}
+				in.stats.ReusedBytes += c.n
+				flush()
+				continue
+			}
+			if in.adopt != nil {
+				// Placed after chunking: in the adopted file itself, or
+				// copied (see place).
+				in.states[c.id] = &chunkState{off: c.off}
+				in.fresh = append(in.fresh, c)
+				in.stats.NewChunks++
+				in.stats.NewBytes += c.n
+				continue
+			}
+			app, err := in.appender(c.n)
+			if err != nil {
+				return err
+			}
+			loc := app.Reserve(c.n)
+			if run == nil || run.app != app || run.off+run.n != loc.Off || run.srcOff+run.n != c.off {
+				flush()
+				run = &writeJob{app: app, off: loc.Off, srcOff: c.off}
+			}
+			run.n += c.n
+			in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}
+			in.stats.NewChunks++
+			in.stats.NewBytes += c.n
+		}
+	}
+	flush()
+	return nil
+}
+
+// cutRegion cuts one region into chunks: first the parent's chunks for as
+// long as the bytes hash to them, then every C bytes.
+func cutRegion(r region, data []byte, C int64) []chunkRef {
+	var out []chunkRef
+	var pos int64
+	var pending *chunkRef // a hash computed for a parent chunk that did not match
+	for _, pc := range r.parent {
+		if pos+pc.n > r.n {
+			break
+		}
+		id := blockstore.Sum(data[pos : pos+pc.n])
+		if id != pc.id {
+			pending = &chunkRef{off: r.off + pos, n: pc.n, id: id}
+			break
+		}
+		out = append(out, chunkRef{off: r.off + pos, n: pc.n, id: id, parent: true})
+		pos += pc.n
+	}
+	for pos < r.n {
+		n := min(C, r.n-pos)
+		if pending != nil && pending.off == r.off+pos && pending.n == n {
+			out = append(out, *pending) // the same bytes: no second hash
+		} else {
+			out = append(out, chunkRef{off: r.off + pos, n: n, id: blockstore.Sum(data[pos : pos+n])})
+		}
+		pending = nil
+		pos += n
+	}
+	return out
+}
+
+var zeroPage [64 << 10]byte
+
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPage))
+		if !bytes.Equal(b[:n], zeroPage[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
