@@ -17,7 +17,8 @@ import (
 )
 
 // batchBytes is how much of the source is read, hashed and appended at a
-// time. Two batches are in memory: one being read, one being processed.
+// time. At most three batches are in memory (one being read, one being
+// hashed, one being written), none when the source is a mapped file.
 const batchBytes = 16 << 20
 
 // errSourceChanged: the source file shrank while it was being read.
