@@ -87,6 +87,10 @@ func (m Manifest) Chunks() []blockstore.ID {
 
 const manifestVersion = 1
 
+// maxFileSize bounds a file's size, so that sums of extent lengths never
+// overflow an int64.
+const maxFileSize = 1 << 62
+
 // MarshalBinary is the canonical encoding: a version byte, then per extent
 // a tag byte (0 chunk, 1 zeros), the length as a uvarint and, for chunks,
 // the 32-byte ID. Adjacent zero runs are merged first, so equal content
@@ -122,12 +126,14 @@ func (m *Manifest) UnmarshalBinary(b []byte) error {
 	}
 	b = b[1:]
 	var out Manifest
+	var total uint64
 	for len(b) > 0 {
 		tag := b[0]
 		n, k := binary.Uvarint(b[1:])
-		if k <= 0 || n == 0 || n > 1<<62 {
+		if k <= 0 || n == 0 || n > maxFileSize-total {
 			return errors.New("manifest: bad extent length")
 		}
+		total += n
 		b = b[1+k:]
 		e := Extent{Len: int64(n)}
 		switch tag {
