@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -506,11 +507,18 @@ func TestSIGTERM(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	m := newMount(t, "--metrics", "127.0.0.1:19187")
+	// A port that was free a moment ago.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	m := newMount(t, "--metrics", addr)
 	src := filepath.Join(t.TempDir(), "f")
 	randFile(t, src, 1<<20, 11)
 	sh(t, fmt.Sprintf("cp %s %s && cat %s > /dev/null && cat %s/nope 2>/dev/null || true", src, m.path("f"), m.path("f"), m.mnt))
-	resp, err := http.Get("http://127.0.0.1:19187/metrics")
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
