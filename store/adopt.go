@@ -104,18 +104,26 @@ func (s *Store) newPack() (uint32, error) {
 	var pack uint32
 	err := s.db.Update(func(tx *manifest.Tx) error {
 		var err error
-		if pack, err = tx.NextPack(); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.held[pack] = true
-		s.mu.Unlock()
-		return tx.PutPack(pack, manifest.Pack{})
+		pack, err = s.allocPack(tx)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("allocate pack: %w", err)
 	}
 	return pack, nil
+}
+
+// allocPack allocates a new, empty pack in tx and marks it held, so that
+// no other ingest appends to it.
+func (s *Store) allocPack(tx *manifest.Tx) (uint32, error) {
+	pack, err := tx.NextPack()
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.held[pack] = true
+	s.mu.Unlock()
+	return pack, tx.PutPack(pack, manifest.Pack{})
 }
 
 // syncDir fsyncs a directory, making renames in it durable.

@@ -70,13 +70,8 @@ func (s *Store) takePack(fresh bool) (*packSlot, error) {
 			}
 		}
 		var err error
-		if pack, err = tx.NextPack(); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.held[pack] = true
-		s.mu.Unlock()
-		return tx.PutPack(pack, manifest.Pack{})
+		pack, err = s.allocPack(tx)
+		return err
 	})
 	if err == nil {
 		var app *blockstore.Appender

@@ -91,20 +91,17 @@ func parentOf(tx *manifest.Tx, comps []string, mkdirs bool) (uint64, error) {
 	return ino, nil
 }
 
-// entry resolves the last component of comps: its directory and its inode.
-func entry(tx *manifest.Tx, comps []string) (parent uint64, n *manifest.Inode, err error) {
-	if parent, err = parentOf(tx, comps, false); err != nil {
-		return 0, nil, err
-	}
-	ino, err := tx.Lookup(parent, comps[len(comps)-1])
+// child returns the inode named name in directory parent, or
+// fs.ErrNotExist.
+func child(tx *manifest.Tx, parent uint64, name string) (*manifest.Inode, error) {
+	ino, err := tx.Lookup(parent, name)
 	if errors.Is(err, manifest.ErrNotFound) {
-		return 0, nil, fs.ErrNotExist
+		return nil, fs.ErrNotExist
 	}
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	n, err = tx.Inode(ino)
-	return parent, n, err
+	return tx.Inode(ino)
 }
 
 func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*manifest.Inode, error) {
@@ -288,17 +285,11 @@ const (
 // removeTx removes name from directory parent: a file (released, or kept
 // as an orphan while open) or an empty directory.
 func (s *Store) removeTx(tx *manifest.Tx, parent uint64, name string, what int) ([]blockstore.Loc, error) {
-	ino, err := tx.Lookup(parent, name)
-	if errors.Is(err, manifest.ErrNotFound) {
-		return nil, fs.ErrNotExist
-	}
+	n, err := child(tx, parent, name)
 	if err != nil {
 		return nil, err
 	}
-	n, err := tx.Inode(ino)
-	if err != nil {
-		return nil, err
-	}
+	ino := n.Ino
 	switch {
 	case n.IsDir() && what == removeFile:
 		return nil, manifest.ErrIsDir
@@ -395,17 +386,11 @@ func (s *Store) Rename(oldpath, newpath string) error {
 // renameTx moves (op, oname) to (np, nname), replacing what is there
 // unless noReplace.
 func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nname string, noReplace bool) ([]blockstore.Loc, error) {
-	ino, err := tx.Lookup(op, oname)
-	if errors.Is(err, manifest.ErrNotFound) {
-		return nil, fs.ErrNotExist
-	}
+	src, err := child(tx, op, oname)
 	if err != nil {
 		return nil, err
 	}
-	src, err := tx.Inode(ino)
-	if err != nil {
-		return nil, err
-	}
+	ino := src.Ino
 	dir, err := tx.Inode(np)
 	if err != nil {
 		return nil, err
