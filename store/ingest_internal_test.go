@@ -15,15 +15,7 @@ import (
 // released (and punched) between chunking and commit; the commit notices
 // and writes them again from the source.
 func TestReleasedBeforeCommit(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "store")
-	if err := Init(dir, 4096); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := newTestStore(t)
 	b := make([]byte, 50000)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range b {
@@ -93,15 +85,7 @@ func TestTruncatedMappedSource(t *testing.T) {
 // became a pack (here: the file was removed meanwhile), the spool is given
 // back, whole, to its writer.
 func TestAdoptedSpoolReturnedOnFailure(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "store")
-	if err := Init(dir, 4096); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, dir := newTestStore(t)
 	fi, err := s.CreateAt(1, "f", 0o644, Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -134,4 +118,20 @@ func TestAdoptedSpoolReturnedOnFailure(t *testing.T) {
 	if err := s.Check(context.Background(), CheckOptions{Verify: true}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newTestStore creates and opens a store with 4 KiB chunks, closed at the
+// end of the test; the caller checks it.
+func newTestStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := Init(dir, 4096); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dir
 }

@@ -99,15 +99,8 @@ func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
 func (s *Store) ReadDir(ino uint64) ([]*FileInfo, error) {
 	var out []*FileInfo
 	err := s.db.View(func(tx *manifest.Tx) error {
-		d, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
-		if err != nil {
+		if _, err := dirInode(tx, ino); err != nil {
 			return err
-		}
-		if !d.IsDir() {
-			return manifest.ErrNotDir
 		}
 		ents, err := tx.ReadDir(ino)
 		if err != nil {
@@ -149,20 +142,29 @@ func (s *Store) MkdirAt(parent uint64, name string, perm fs.FileMode, o Owner) (
 	})
 }
 
+// dirInode returns inode ino, which must be a directory: fs.ErrNotExist
+// or manifest.ErrNotDir otherwise.
+func dirInode(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
+	d, err := tx.Inode(ino)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !d.IsDir() {
+		return nil, manifest.ErrNotDir
+	}
+	return d, nil
+}
+
 // checkName checks that parent is a directory without an entry name.
 func checkName(tx *manifest.Tx, parent uint64, name string) error {
 	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") || len(name) > 255 {
 		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
 	}
-	d, err := tx.Inode(parent)
-	if errors.Is(err, manifest.ErrNotFound) {
-		return fs.ErrNotExist
-	}
-	if err != nil {
+	if _, err := dirInode(tx, parent); err != nil {
 		return err
-	}
-	if !d.IsDir() {
-		return manifest.ErrNotDir
 	}
 	if _, err := tx.Lookup(parent, name); err == nil {
 		return fs.ErrExist

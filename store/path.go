@@ -59,6 +59,15 @@ func walk(tx *manifest.Tx, comps []string) (uint64, error) {
 	return ino, nil
 }
 
+// walkInode resolves components to their inode.
+func walkInode(tx *manifest.Tx, comps []string) (*manifest.Inode, error) {
+	ino, err := walk(tx, comps)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Inode(ino)
+}
+
 // parentOf resolves the directory that holds the last component of comps,
 // creating missing directories when mkdirs is set.
 func parentOf(tx *manifest.Tx, comps []string, mkdirs bool) (uint64, error) {
@@ -160,11 +169,7 @@ func (s *Store) Stat(path string) (*FileInfo, error) {
 	}
 	var fi *FileInfo
 	err = s.db.View(func(tx *manifest.Tx) error {
-		ino, err := walk(tx, comps)
-		if err != nil {
-			return err
-		}
-		n, err := tx.Inode(ino)
+		n, err := walkInode(tx, comps)
 		if err != nil {
 			return err
 		}
@@ -189,18 +194,14 @@ func (s *Store) List(path string) ([]*FileInfo, error) {
 	}
 	var out []*FileInfo
 	err = s.db.View(func(tx *manifest.Tx) error {
-		ino, err := walk(tx, comps)
-		if err != nil {
-			return err
-		}
-		n, err := tx.Inode(ino)
+		n, err := walkInode(tx, comps)
 		if err != nil {
 			return err
 		}
 		if !n.IsDir() {
 			return manifest.ErrNotDir
 		}
-		ents, err := tx.ReadDir(ino)
+		ents, err := tx.ReadDir(n.Ino)
 		if err != nil {
 			return err
 		}
