@@ -18,7 +18,7 @@ type dirNode struct {
 func (d *dirNode) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fi, err := d.fsys.s.StatIno(d.ino.Load())
 	if err != nil {
-		return d.fsys.errno("getattr", err)
+		return d.stale("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
 	return 0
@@ -41,6 +41,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		out.Mode = syscall.S_IFDIR | 0o555
 		return d.fsys.ctlNode(ctx, &d.Inode), 0
 	}
+	// A file that this mount writes is locked while it is looked up, so
+	// that the entry describes its newest state: the size of the bytes
+	// being written, or the commit that just finished, never an older
+	// commit read before the writer's last one (the kernel would keep
+	// that size and cut reads short).
+	locked := d.fileChild(name)
+	if locked != nil {
+		locked.mu.Lock()
+		defer locked.mu.Unlock()
+	}
 	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
 	if errors.Is(err, iofs.ErrNotExist) {
 		// blocks/<sha256> exists for any blob the store holds.
@@ -49,7 +59,21 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}
-	return d.child(ctx, name, fi, out), 0
+	ch := d.child(ctx, name, fi, out)
+	if locked != nil && ch.Operations() == locked && locked.storeIno() == fi.Ino {
+		locked.writtenAttr(&out.Attr)
+	}
+	return ch, 0
+}
+
+// fileChild returns the file node the kernel knows under name, if any.
+func (d *dirNode) fileChild(name string) *fileNode {
+	if ch := d.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			return f
+		}
+	}
+	return nil
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {

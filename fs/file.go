@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,40 @@ type fileNode struct {
 	// held is the store inode this node holds open while it is written
 	// (see store.Hold), 0 if none.
 	held uint64
+	// committed is set by a commit whose attributes and pages the kernel
+	// must drop; unlock tells it, once f.mu is released.
+	committed bool
+	// gen mirrors version for readers, which do not take f.mu: a read
+	// handle whose version is older moves to the newest (see reader).
+	gen atomic.Uint64
+}
+
+// unlock releases f.mu and then, if a commit happened under it, tells the
+// kernel that the file's attributes and cached pages are stale, before the
+// close, fsync or truncate that committed returns. The notification drops
+// attributes (a size or mtime read before the commit, by a lookup, ls or
+// stat racing the writer, would otherwise be kept for the whole attribute
+// timeout) and pages of the previous version. It is sent without f.mu:
+// invalidating pages waits for reads in flight, and a read of a file being
+// written takes f.mu.
+func (f *fileNode) unlock() {
+	notify := f.committed
+	f.committed = false
+	f.mu.Unlock()
+	if notify {
+		if e := f.NotifyContent(0, 0); e != 0 && e != syscall.ENOENT && e != syscall.ENOSYS {
+			f.fsys.log.Warn("invalidate the kernel's cache after a commit", "ino", f.storeIno(), "errno", e)
+		}
+	}
+}
+
+// writtenAttr sets the size of a file being written in attributes read
+// from the store, which hold its last commit. Called with f.mu held.
+func (f *fileNode) writtenAttr(a *fuse.Attr) {
+	if f.sp != nil {
+		a.Size = uint64(f.sp.size)
+		a.Blocks = (a.Size + 511) / 512
+	}
 }
 
 // spool is a file being written: its bytes in a file of the store's spool
@@ -40,18 +75,18 @@ type spool struct {
 	dirty bool // changed since the last commit
 }
 
+// Getattr describes the file as it is now: under f.mu, so that the store
+// inode and the bytes being written are read together, never the inode of
+// a commit that the writer has since replaced.
 func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	fi, err := f.fsys.s.StatIno(f.ino.Load())
 	if err != nil {
-		return f.fsys.errno("getattr", err)
+		return f.stale("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
-	f.mu.Lock()
-	if f.sp != nil {
-		out.Size = uint64(f.sp.size)
-		out.Blocks = (out.Size + 511) / 512
-	}
-	f.mu.Unlock()
+	f.writtenAttr(&out.Attr)
 	return 0
 }
 
@@ -67,9 +102,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	}
 	fillAttr(fi, &out.Attr)
 	f.mu.Lock()
-	if f.sp != nil {
-		out.Size = uint64(f.sp.size)
-	}
+	f.writtenAttr(&out.Attr)
 	f.mu.Unlock()
 	return 0
 }
@@ -78,7 +111,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 // otherwise as a new version committed at once.
 func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	temp := f.sp == nil
 	if temp {
 		if e := f.hold(); e != 0 {
@@ -203,6 +236,8 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	f.ino.Store(fi.Ino)
 	f.version++
+	f.gen.Store(f.version)
+	f.committed = true
 	return 0
 }
 
@@ -219,14 +254,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	sf, err := f.fsys.s.OpenIno(f.ino.Load())
 	if err != nil {
-		return nil, 0, f.fsys.errno("open", err)
+		return nil, 0, f.stale("open", err)
 	}
 	var fl uint32
 	if f.cached == f.version {
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cached = f.version
-	return &reader{f: sf, fsys: f.fsys}, fl, 0
+	return newReader(f.fsys, f, sf, f.version), fl, 0
 }
 
 // openWriter returns a write handle on the file's spool, starting it if
@@ -260,31 +295,103 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 	return &writer{f: f}, 0
 }
 
-// reader reads a committed version of a file.
+// reader is a read handle. It serves the newest version that its node
+// has committed: the kernel keeps one page cache per file, shared by every
+// handle, so a handle that went on reading an older version after a commit
+// would put that version's bytes into pages that new opens then read. (A
+// file renamed over or removed is another node, and its readers keep its
+// content, as on any disk.) The versions it moves between are pinned
+// (store.File) until the handle is closed and no reply still splices from
+// them.
 type reader struct {
-	f    *store.File
+	node *fileNode
 	fsys *FS
+
+	mu  sync.Mutex // guards cur
+	cur *version
+}
+
+// version is one committed version of a file, open in the store, with a
+// count of its users: the handle that serves it and replies in flight.
+type version struct {
+	f    *store.File
+	gen  uint64 // the node's version counter when it was opened
+	refs atomic.Int32
+	log  func(msg string, args ...any)
+}
+
+// newReader returns a handle serving sf, version gen of node f; with a nil
+// node (a view of one fixed version) it never moves.
+func newReader(fsys *FS, f *fileNode, sf *store.File, gen uint64) *reader {
+	v := &version{f: sf, gen: gen, log: fsys.log.Warn}
+	v.refs.Store(1)
+	return &reader{node: f, fsys: fsys, cur: v}
+}
+
+// release drops one use; the last closes the version's store file.
+func (v *version) release() {
+	if v.refs.Add(-1) == 0 {
+		if err := v.f.Close(); err != nil {
+			v.log("close a file version", "ino", v.f.Ino(), "err", err)
+		}
+	}
+}
+
+// acquire returns the version to serve a read from, moved to the node's
+// newest commit if there is one, with a use the caller releases.
+func (r *reader) acquire() *version {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.node == nil {
+		r.cur.refs.Add(1)
+		return r.cur
+	}
+	// gen is loaded before ino, and commits store ino before gen: the
+	// inode read is that version's or a newer one.
+	if gen := r.node.gen.Load(); r.cur.gen < gen {
+		// When the newest version cannot be opened (it was replaced or
+		// removed meanwhile) the handle keeps the version it has, which
+		// stays pinned, and tries again at the next read.
+		if sf, err := r.fsys.s.OpenIno(r.node.ino.Load()); err == nil {
+			v := &version{f: sf, gen: gen, log: r.cur.log}
+			v.refs.Store(1)
+			r.cur.release()
+			r.cur = v
+		}
+	}
+	r.cur.refs.Add(1)
+	return r.cur
 }
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n := min(int64(len(dest)), r.f.Size()-off)
+	v := r.acquire()
+	res, e := r.read(v.f, dest, off)
+	if e != 0 || res == nil {
+		v.release()
+		return res, e
+	}
+	return whenDone(res, v.release), 0
+}
+
+func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n := min(int64(len(dest)), sf.Size()-off)
 	r.fsys.Metrics.ReadRequests.Add(1)
-	if segs, ok := r.f.Segments(off, int(n)); ok && r.fsys.splice {
+	if segs, ok := sf.Segments(off, int(n)); ok && r.fsys.splice {
 		if res := spliceResult(segs, int(n)); res != nil {
 			r.fsys.Metrics.SplicedReads.Add(1)
 			r.fsys.Metrics.ReadBytes.Add(n)
 			return res, 0
 		}
 	}
-	res, e := r.readAt(dest, off)
+	res, e := r.readAt(sf, dest, off)
 	if e == 0 {
 		r.fsys.Metrics.ReadBytes.Add(int64(res.Size()))
 	}
 	return res, e
 }
 
-func (r *reader) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := r.f.ReadAt(dest, off)
+func (r *reader) readAt(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := sf.ReadAt(dest, off)
 	if err != nil && err != io.EOF {
 		return nil, r.fsys.errno("read", err)
 	}
@@ -292,7 +399,13 @@ func (r *reader) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno)
 }
 
 func (r *reader) Release(ctx context.Context) syscall.Errno {
-	return r.fsys.errno("release", r.f.Close())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		r.cur.release()
+		r.cur = nil
+	}
+	return 0
 }
 
 // spoolReader reads a file that is being written, from its spool.
@@ -365,7 +478,7 @@ func (w *writer) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // that a file closed by cp is stored when cp returns.
 func (w *writer) Flush(ctx context.Context) syscall.Errno {
 	w.f.mu.Lock()
-	defer w.f.mu.Unlock()
+	defer w.f.unlock()
 	return w.f.commitLocked(ctx)
 }
 
@@ -374,7 +487,7 @@ func (w *writer) Flush(ctx context.Context) syscall.Errno {
 // nothing pending is durable already.
 func (f *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	return f.commitLocked(ctx)
 }
 
@@ -382,7 +495,7 @@ func (f *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) 
 func (w *writer) Release(ctx context.Context) syscall.Errno {
 	f := w.f
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if w.released {
 		return 0
 	}

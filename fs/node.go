@@ -2,12 +2,14 @@ package fs
 
 import (
 	"context"
+	"errors"
 	iofs "io/fs"
 	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/store"
 )
 
@@ -111,6 +113,20 @@ func (n *node) child(ctx context.Context, name string, fi *store.FileInfo, out *
 
 func (n *node) storeIno() uint64 { return n.ino.Load() }
 
+// stale maps the error of an operation on the node's own store inode. A
+// node whose inode is gone was replaced or removed between the kernel's
+// lookup and this call (a rename over it, a commit through another path):
+// ESTALE makes the kernel look the name up again and retry the call once
+// (LOOKUP_REVAL), as it does for NFS, instead of failing an open or a stat
+// of a name that exists.
+func (n *node) stale(op string, err error) syscall.Errno {
+	if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, manifest.ErrNotFound) {
+		n.fsys.Metrics.countError(syscall.ESTALE)
+		return syscall.ESTALE
+	}
+	return n.fsys.errno(op, err)
+}
+
 // setattr applies the attribute part of a setattr (not the size).
 func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo, syscall.Errno) {
 	var c store.AttrChange
@@ -130,8 +146,8 @@ func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo
 	}
 	if !changed {
 		fi, err := n.fsys.s.StatIno(n.ino.Load())
-		return fi, n.fsys.errno("getattr", err)
+		return fi, n.stale("getattr", err)
 	}
 	fi, err := n.fsys.s.SetAttr(n.ino.Load(), c)
-	return fi, n.fsys.errno("setattr", err)
+	return fi, n.stale("setattr", err)
 }

@@ -85,7 +85,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		v, err = n.fsys.s.Xattr(n.ino.Load(), attr)
 	}
 	if err != nil {
-		return 0, n.fsys.errno("getxattr", err)
+		return 0, n.stale("getxattr", err)
 	}
 	return copyOut(v, dest)
 }
@@ -93,7 +93,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	names, err := n.fsys.s.Xattrs(n.ino.Load())
 	if err != nil {
-		return 0, n.fsys.errno("listxattr", err)
+		return 0, n.stale("listxattr", err)
 	}
 	if fi, err := n.fsys.s.StatIno(n.ino.Load()); err == nil && !fi.IsDir() {
 		names = append(names, virtualNames...)
@@ -129,7 +129,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if data == nil {
 		data = []byte{}
 	}
-	return n.fsys.errno("setxattr", n.fsys.s.SetXattr(n.ino.Load(), attr, data, int(flags)))
+	return n.stale("setxattr", n.fsys.s.SetXattr(n.ino.Load(), attr, data, int(flags)))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
@@ -139,5 +139,5 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		}
 		return syscall.ENODATA
 	}
-	return n.fsys.errno("removexattr", n.fsys.s.SetXattr(n.ino.Load(), attr, nil, 0))
+	return n.stale("removexattr", n.fsys.s.SetXattr(n.ino.Load(), attr, nil, 0))
 }

@@ -278,7 +278,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var fi *FileInfo
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	err := s.updateReleasing(func(tx *manifest.Tx) error {
 		missing = missing[:0]
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page

@@ -66,12 +66,12 @@ func (s *Store) Open(path string) (*File, error) {
 }
 
 // openIno pins an inode and resolves its manifest. The pin is taken inside
-// the transaction that reads the manifest, so a concurrent remove either
-// sees it (and keeps the chunks) or has already happened (and the open
-// fails).
+// the transaction that reads the manifest, under the pin lock, so a
+// concurrent release either sees it (and keeps the chunks) or committed
+// before (and the open fails): see Store.pins.
 func (s *Store) openIno(ino uint64) (*File, error) {
 	f := &File{s: s, ino: ino, path: fmt.Sprintf("inode %d", ino)}
-	err := s.db.View(func(tx *manifest.Tx) error {
+	err := s.viewPinning(func(tx *manifest.Tx) error {
 		n, err := tx.Inode(ino)
 		if errors.Is(err, manifest.ErrNotFound) {
 			return fs.ErrNotExist

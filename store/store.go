@@ -56,6 +56,16 @@ type Store struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 
+	// pins orders taking a pin on an inode (open, hold) against
+	// transactions that may release an inode's chunks (remove, rename
+	// over, commit of a new version, last close of an orphan). A pin is
+	// taken under the read lock, inside a read transaction; a releasing
+	// transaction runs whole under the write lock. So a release either
+	// sees the pin (and keeps the inode as an orphan) or has committed
+	// before the pinning transaction began (and the open finds no inode):
+	// a reader never holds extents whose chunks were released and punched.
+	pins sync.RWMutex
+
 	mu sync.Mutex // guards open and idle
 	// open counts the open handles of each inode: an inode with handles
 	// keeps its chunks when its last name goes (it becomes an orphan).
@@ -210,10 +220,26 @@ func (s *Store) recover() error {
 	return os.MkdirAll(spool, 0o700)
 }
 
+// updateReleasing runs fn in a write transaction that may release
+// inodes, ordered against pins (see Store.pins).
+func (s *Store) updateReleasing(fn func(tx *manifest.Tx) error) error {
+	s.pins.Lock()
+	defer s.pins.Unlock()
+	return s.db.Update(fn)
+}
+
+// viewPinning runs fn, which takes pins, in a read transaction ordered
+// against releases (see Store.pins).
+func (s *Store) viewPinning(fn func(tx *manifest.Tx) error) error {
+	s.pins.RLock()
+	defer s.pins.RUnlock()
+	return s.db.View(fn)
+}
+
 // releaseOrphan drops an orphaned inode and releases its chunks.
 func (s *Store) releaseOrphan(ino uint64) error {
 	var freed []blockstore.Loc
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	err := s.updateReleasing(func(tx *manifest.Tx) error {
 		s.mu.Lock()
 		open := s.open[ino] > 0
 		s.mu.Unlock()

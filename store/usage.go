@@ -57,7 +57,7 @@ func (s *Store) OpenIno(ino uint64) (*File, error) {
 // stays (as an orphan) if its name goes while it is open. Release with
 // Unhold.
 func (s *Store) Hold(ino uint64) error {
-	return s.db.View(func(tx *manifest.Tx) error {
+	return s.viewPinning(func(tx *manifest.Tx) error {
 		if _, err := tx.Inode(ino); err != nil {
 			return inoErr("hold", ino, "", fs.ErrNotExist)
 		}
