@@ -232,7 +232,7 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 		if err != nil {
 			return nil, 0, w.fsys.errno("open", err)
 		}
-		return newReader(w.fsys, nil, f, 0), fuse.FOPEN_KEEP_CACHE, 0
+		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
 	}
 	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: w.dir}}, fuse.FOPEN_KEEP_CACHE, 0
 }

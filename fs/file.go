@@ -34,9 +34,12 @@ type fileNode struct {
 	// committed is set by a commit whose attributes and pages the kernel
 	// must drop; unlock tells it, once f.mu is released.
 	committed bool
-	// gen mirrors version for readers, which do not take f.mu: a read
-	// handle whose version is older moves to the newest (see reader).
-	gen atomic.Uint64
+
+	vmu sync.Mutex // guards cur and readers; taken after mu, if both
+	// cur is the version that read handles serve, pinned while any is
+	// open: the newest commit (see reader).
+	cur     *version
+	readers int
 }
 
 // unlock releases f.mu and then, if a commit happened under it, tells the
@@ -210,7 +213,8 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
-	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size, store.CommitOptions{Mtime: start, Adopt: true})
+	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size,
+		store.CommitOptions{Mtime: start, Adopt: true, Hold: f.held != 0})
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -227,17 +231,19 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	} else {
 		f.sp.dirty = false
 	}
-	// Move the hold to the new version.
+	// The commit held the new version; drop the hold on the old one.
 	if f.held != 0 {
 		f.unhold()
-		if err := f.fsys.s.Hold(fi.Ino); err == nil {
-			f.held = fi.Ino
-		}
+		f.held = fi.Ino
 	}
 	f.ino.Store(fi.Ino)
 	f.version++
-	f.gen.Store(f.version)
 	f.committed = true
+	f.vmu.Lock()
+	if f.cur != nil {
+		f.serveLocked(fi.Ino)
+	}
+	f.vmu.Unlock()
 	return 0
 }
 
@@ -252,16 +258,37 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		// Being written: readers see the writer's bytes.
 		return &spoolReader{f: f}, fuse.FOPEN_DIRECT_IO, 0
 	}
-	sf, err := f.fsys.s.OpenIno(f.ino.Load())
-	if err != nil {
-		return nil, 0, f.stale("open", err)
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
+	if f.cur == nil || f.cur.f.Ino() != f.ino.Load() {
+		if e := f.serveLocked(f.ino.Load()); e != 0 {
+			return nil, 0, e
+		}
 	}
+	f.readers++
 	var fl uint32
 	if f.cached == f.version {
 		fl = fuse.FOPEN_KEEP_CACHE
 	}
 	f.cached = f.version
-	return newReader(f.fsys, f, sf, f.version), fl, 0
+	return &reader{node: f, fsys: f.fsys}, fl, 0
+}
+
+// serveLocked makes version ino the one that read handles serve, pinning
+// it; the previous one is released once no reply uses it. Called with
+// f.vmu held.
+func (f *fileNode) serveLocked(ino uint64) syscall.Errno {
+	sf, err := f.fsys.s.OpenIno(ino)
+	if err != nil {
+		return f.stale("open", err)
+	}
+	v := &version{f: sf, log: f.fsys.log.Warn}
+	v.refs.Store(1)
+	if f.cur != nil {
+		f.cur.release()
+	}
+	f.cur = v
+	return 0
 }
 
 // openWriter returns a write handle on the file's spool, starting it if
@@ -295,37 +322,35 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 	return &writer{f: f}, 0
 }
 
-// reader is a read handle. It serves the newest version that its node
-// has committed: the kernel keeps one page cache per file, shared by every
-// handle, so a handle that went on reading an older version after a commit
-// would put that version's bytes into pages that new opens then read. (A
-// file renamed over or removed is another node, and its readers keep its
-// content, as on any disk.) The versions it moves between are pinned
-// (store.File) until the handle is closed and no reply still splices from
-// them.
+// reader is a read handle. Every read handle of a node serves the node's
+// newest commit (fileNode.cur): the kernel keeps one page cache per file,
+// shared by every handle, so a handle that went on reading an older
+// version after an in-place rewrite would put that version's bytes into
+// pages that later opens read. This is what a local disk does: a reader of
+// a file rewritten in place sees the new bytes. (A file renamed over or
+// removed is another case: the name leads to another node, and readers of
+// the old one keep its content, which their node pins.) With a nil node the
+// handle serves one fixed version (fixed), as views do.
 type reader struct {
-	node *fileNode
-	fsys *FS
-
-	mu  sync.Mutex // guards cur
-	cur *version
+	node  *fileNode
+	fixed *version
+	fsys  *FS
 }
 
-// version is one committed version of a file, open in the store, with a
-// count of its users: the handle that serves it and replies in flight.
+// version is one committed version of a file, open (pinned) in the store,
+// with a count of its users: the node or view that serves it, and the
+// replies in flight that read from it.
 type version struct {
 	f    *store.File
-	gen  uint64 // the node's version counter when it was opened
 	refs atomic.Int32
 	log  func(msg string, args ...any)
 }
 
-// newReader returns a handle serving sf, version gen of node f; with a nil
-// node (a view of one fixed version) it never moves.
-func newReader(fsys *FS, f *fileNode, sf *store.File, gen uint64) *reader {
-	v := &version{f: sf, gen: gen, log: fsys.log.Warn}
+// fixedReader returns a handle that serves sf, and closes it when released.
+func fixedReader(fsys *FS, sf *store.File) *reader {
+	v := &version{f: sf, log: fsys.log.Warn}
 	v.refs.Store(1)
-	return &reader{node: f, fsys: fsys, cur: v}
+	return &reader{fixed: v, fsys: fsys}
 }
 
 // release drops one use; the last closes the version's store file.
@@ -337,30 +362,18 @@ func (v *version) release() {
 	}
 }
 
-// acquire returns the version to serve a read from, moved to the node's
-// newest commit if there is one, with a use the caller releases.
+// acquire returns the version to serve a read from, with a use that the
+// caller releases.
 func (r *reader) acquire() *version {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.node == nil {
-		r.cur.refs.Add(1)
-		return r.cur
+		r.fixed.refs.Add(1)
+		return r.fixed
 	}
-	// gen is loaded before ino, and commits store ino before gen: the
-	// inode read is that version's or a newer one.
-	if gen := r.node.gen.Load(); r.cur.gen < gen {
-		// When the newest version cannot be opened (it was replaced or
-		// removed meanwhile) the handle keeps the version it has, which
-		// stays pinned, and tries again at the next read.
-		if sf, err := r.fsys.s.OpenIno(r.node.ino.Load()); err == nil {
-			v := &version{f: sf, gen: gen, log: r.cur.log}
-			v.refs.Store(1)
-			r.cur.release()
-			r.cur = v
-		}
-	}
-	r.cur.refs.Add(1)
-	return r.cur
+	f := r.node
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
+	f.cur.refs.Add(1)
+	return f.cur
 }
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -399,11 +412,16 @@ func (r *reader) readAt(sf *store.File, dest []byte, off int64) (fuse.ReadResult
 }
 
 func (r *reader) Release(ctx context.Context) syscall.Errno {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cur != nil {
-		r.cur.release()
-		r.cur = nil
+	if r.node == nil {
+		r.fixed.release()
+		return 0
+	}
+	f := r.node
+	f.vmu.Lock()
+	defer f.vmu.Unlock()
+	if f.readers--; f.readers == 0 {
+		f.cur.release()
+		f.cur = nil
 	}
 	return 0
 }

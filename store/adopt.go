@@ -28,6 +28,11 @@ type CommitOptions struct {
 	// the store's spool directory, as a pack. If it does (PutStats.Adopted),
 	// the file has been moved and is no longer the caller's to write.
 	Adopt bool
+	// Hold makes the commit hold the new inode, as Store.Hold does, in
+	// the transaction that creates it, so that no release can come
+	// between the commit and the hold. The caller releases it with
+	// Unhold.
+	Hold bool
 }
 
 // place puts the new chunks of an adoptable source: in the file itself,

@@ -126,6 +126,7 @@ type ingest struct {
 	// adopt, when set, is the source as a spool file that may become a
 	// pack as it is; fresh are its new chunks, placed after chunking.
 	adopt   *os.File
+	hold    bool // hold the new inode (CommitOptions.Hold)
 	fresh   []chunkRef
 	adopted *adoptedPack
 }
@@ -278,8 +279,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var fi *FileInfo
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
+	var held uint64
 	err := s.updateReleasing(func(tx *manifest.Tx) error {
 		missing = missing[:0]
+		held = 0
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
@@ -381,9 +384,18 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			return err
 		}
 		fi = info(path.Join(in.comps...), name, n)
+		if in.hold {
+			// Last, so that no error of this function leaves it held;
+			// releases wait for the pin lock this transaction holds.
+			s.pin(ino)
+			held = ino
+		}
 		return nil
 	})
 	if err != nil {
+		if held != 0 {
+			s.unpinHeld(held) // the transaction did not commit
+		}
 		return nil, missing, err
 	}
 	for _, p := range in.slots {

@@ -369,6 +369,7 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 	if f, ok := src.(*os.File); ok && opts.Adopt {
 		in.adopt = f
 	}
+	in.hold = opts.Hold
 	fi, err := in.run(ctx)
 	in.finish(err)
 	if err != nil {

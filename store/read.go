@@ -101,9 +101,7 @@ func (s *Store) openIno(ino uint64) (*File, error) {
 			off += e.Len
 		}
 		f.m, f.size = m, off
-		s.mu.Lock()
-		s.open[ino]++
-		s.mu.Unlock()
+		s.pin(ino)
 		return nil
 	})
 	if err != nil {
@@ -177,6 +175,23 @@ func (f *File) Close() error {
 	var err error
 	f.closeOnce.Do(func() { err = f.s.unpin(f.ino) })
 	return err
+}
+
+// pin counts a handle of an inode. Callers hold s.pins (see Store.pins).
+func (s *Store) pin(ino uint64) {
+	s.mu.Lock()
+	s.open[ino]++
+	s.mu.Unlock()
+}
+
+// unpinHeld takes back a pin of an inode that a failed transaction was
+// to create: there is nothing to release.
+func (s *Store) unpinHeld(ino uint64) {
+	s.mu.Lock()
+	if s.open[ino]--; s.open[ino] <= 0 {
+		delete(s.open, ino)
+	}
+	s.mu.Unlock()
 }
 
 func (s *Store) unpin(ino uint64) error {

@@ -61,9 +61,7 @@ func (s *Store) Hold(ino uint64) error {
 		if _, err := tx.Inode(ino); err != nil {
 			return inoErr("hold", ino, "", fs.ErrNotExist)
 		}
-		s.mu.Lock()
-		s.open[ino]++
-		s.mu.Unlock()
+		s.pin(ino)
 		return nil
 	})
 }
