@@ -6,20 +6,23 @@ import (
 	"time"
 )
 
-// stressDuration is how long a race or stress test runs: KVFS_STRESS (a Go
-// duration) when set, as CI sets it for one full-length pass, and short
-// otherwise, long enough to exercise every path once. full is the length
-// the test asks for in its documentation, reported when the run is cut.
+// stressDuration is how long a race or stress test runs: full (the length
+// its documentation asks for) when KVFS_STRESS=full, as CI sets it for one
+// pass; KVFS_STRESS as a Go duration when it is one; and short otherwise,
+// long enough to exercise every path once.
 func stressDuration(t testing.TB, full time.Duration) time.Duration {
 	t.Helper()
 	v := os.Getenv("KVFS_STRESS")
-	if v == "" {
-		t.Logf("running 3s of %v (set KVFS_STRESS=%v for the full run)", full, full)
+	switch v {
+	case "":
+		t.Logf("running 3s of %v (KVFS_STRESS=full for the full run)", full)
 		return 3 * time.Second
+	case "full":
+		return full
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		t.Fatalf("KVFS_STRESS=%q: want a positive Go duration such as 30s", v)
+		t.Fatalf("KVFS_STRESS=%q: want full or a positive Go duration such as 30s", v)
 	}
 	return d
 }
