@@ -160,7 +160,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		if err != nil {
 			sf.Close()
 			os.Remove(sf.Name())
-			return f.fsys.errno("copy to spool", err)
+			return f.stale("copy to spool", err)
 		}
 	}
 	f.sp = sp
@@ -184,7 +184,7 @@ func (f *fileNode) hold() syscall.Errno {
 		return 0
 	}
 	if err := f.fsys.s.Hold(f.ino.Load()); err != nil {
-		return f.fsys.errno("open for write", err)
+		return f.stale("open for write", err)
 	}
 	f.held = f.ino.Load()
 	return 0
