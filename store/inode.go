@@ -167,7 +167,7 @@ func dirInode(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
 
 // checkName checks that parent is a directory without an entry name.
 func checkName(tx *manifest.Tx, parent uint64, name string) error {
-	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") || len(name) > 255 {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
 		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
 	}
 	if _, err := dirInode(tx, parent); err != nil {

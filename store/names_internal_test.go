@@ -199,3 +199,15 @@ func TestCommitNameMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestNULInName: no name holds NUL (the kernel never sends one; the
+// control socket could): it is refused as invalid, not stored.
+func TestNULInName(t *testing.T) {
+	s, _ := newTestStore(t)
+	if _, err := s.CreateAt(manifest.RootIno, "a\x00b", 0o644, Owner{}); !errors.Is(err, fs.ErrInvalid) {
+		t.Fatalf("create: %v", err)
+	}
+	if _, _, err := s.Put(context.Background(), bytes.NewReader([]byte("x")), 1, "d/a\x00b", PutOptions{}); !errors.Is(err, fs.ErrInvalid) {
+		t.Fatalf("put: %v", err)
+	}
+}
