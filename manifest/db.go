@@ -19,7 +19,7 @@ import (
 // numeric order.
 var (
 	bucketMeta      = []byte("meta")      // parameter name → value
-	bucketInodes    = []byte("inodes")    // ino → Inode (JSON)
+	bucketInodes    = []byte("inodes")    // ino → Inode (binary, see inode.go; JSON in older stores)
 	bucketDirents   = []byte("dirents")   // parent ino ‖ name → child ino
 	bucketManifests = []byte("manifests") // ino → Manifest (binary)
 	bucketChunks    = []byte("chunks")    // chunk ID → Chunk
@@ -463,7 +463,10 @@ func (t *Tx) BlobRecord(hash string) (*BlobRecord, error) {
 		return nil, ErrNotFound
 	}
 	r := &BlobRecord{}
-	return r, json.Unmarshal(v, r)
+	if err := json.Unmarshal(v, r); err != nil {
+		return nil, fmt.Errorf("blob record %s: %w", hash, err)
+	}
+	return r, nil
 }
 
 // PutBlobRecord stores a blob's record.
@@ -508,7 +511,7 @@ func (t *Tx) ForEachBlobRecord(fn func(hash string, r *BlobRecord) error) error 
 	return t.b(bucketBlobRecs).ForEach(func(k, v []byte) error {
 		r := &BlobRecord{}
 		if err := json.Unmarshal(v, r); err != nil {
-			return err
+			return fmt.Errorf("blob record %x: %w", k, err)
 		}
 		return fn(string(k), r)
 	})

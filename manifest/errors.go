@@ -16,4 +16,7 @@ var (
 	ErrNotEmpty = errors.New("directory not empty")
 	// ErrParams: the store was created with parameters this build cannot use.
 	ErrParams = errors.New("incompatible store parameters")
+	// ErrBadInode: an inode record cannot be decoded (a damaged index), or
+	// an inode cannot be encoded (a field out of bounds).
+	ErrBadInode = errors.New("bad inode record")
 )

@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -206,15 +205,4 @@ func unmarshalPack(b []byte) (Pack, error) {
 		return Pack{}, fmt.Errorf("pack record of %d bytes", len(b))
 	}
 	return Pack{Committed: int64(binary.BigEndian.Uint64(b[0:])), Dead: int64(binary.BigEndian.Uint64(b[8:]))}, nil
-}
-
-func marshalInode(n *Inode) ([]byte, error) { return json.Marshal(n) }
-
-func unmarshalInode(ino uint64, b []byte) (*Inode, error) {
-	n := &Inode{}
-	if err := json.Unmarshal(b, n); err != nil {
-		return nil, fmt.Errorf("inode %d: %w", ino, err)
-	}
-	n.Ino = ino
-	return n, nil
 }

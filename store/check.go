@@ -28,8 +28,8 @@ type CheckOptions struct {
 //   - each pack's file is exactly its committed length (no ingest may be in
 //     flight while Check runs);
 //   - every name points at an existing inode, every inode but the root and
-//     the orphans has exactly one name, and every file's manifest adds up
-//     to its size.
+//     the orphans has exactly one name, which its own Parent and Name give
+//     byte for byte, and every file's manifest adds up to its size.
 //
 // It reads a consistent snapshot of the index in one transaction.
 func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
@@ -129,6 +129,12 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 			}
 			if names[n.Ino] != want {
 				bad("inode %d has %d names, want %d", n.Ino, names[n.Ino], want)
+			}
+			// An inode's own link is how a commit finds its name.
+			if cur, err := tx.Lookup(n.Parent, n.Name); want == 1 && (err != nil || cur != n.Ino) {
+				bad("inode %d is named %q in directory %d, but that entry leads to %d (%v)", n.Ino, n.Name, n.Parent, cur, err)
+			} else if want == 0 && n.Name != "" {
+				bad("inode %d has no entry but is named %q in directory %d", n.Ino, n.Name, n.Parent)
 			}
 			return nil
 		})

@@ -138,19 +138,33 @@ type adoptedPack struct {
 	spoolPath  string // where it came from, to give it back on failure
 }
 
+// ErrNameMismatch: an inode's own Parent and Name do not lead back to it.
+// The index is inconsistent; a commit fails rather than guess where the
+// content goes.
+var ErrNameMismatch = errors.New("inode's name does not lead to it")
+
 // destination resolves, inside the commit transaction, where the new inode
-// goes and what it replaces.
+// goes and what it replaces. A commit to an inode (CommitIno) goes to the
+// entry the inode itself names, as bytes: it never walks a path. It
+// satisfies fs.ErrNotExist only when the inode has no name any more
+// (unlinked, or replaced by a rename, while it was written), so that the
+// caller may drop the content; a name that does not lead back to the inode
+// is ErrNameMismatch, never silent success.
 func (in *ingest) destination(tx *manifest.Tx) (parent uint64, name string, prev *manifest.Inode, err error) {
 	if in.target != 0 {
 		prev, err = tx.Inode(in.target)
 		if errors.Is(err, manifest.ErrNotFound) {
-			return 0, "", nil, fs.ErrNotExist
+			return 0, "", nil, fs.ErrNotExist // unlinked and released
 		}
 		if err != nil {
 			return 0, "", nil, err
 		}
-		if cur, err := tx.Lookup(prev.Parent, prev.Name); err != nil || cur != prev.Ino || prev.Name == "" {
-			return 0, "", nil, fs.ErrNotExist // removed (or replaced) since the write began
+		if prev.Name == "" {
+			return 0, "", nil, fs.ErrNotExist // unlinked, kept while open
+		}
+		if cur, err := tx.Lookup(prev.Parent, prev.Name); err != nil || cur != prev.Ino {
+			return 0, "", nil, fmt.Errorf("%w: inode %d is named %q in directory %d, which leads to inode %d (%v)",
+				ErrNameMismatch, prev.Ino, prev.Name, prev.Parent, cur, err)
 		}
 		return prev.Parent, prev.Name, prev, nil
 	}

@@ -28,8 +28,15 @@ func inoErr(op string, parent uint64, name string, err error) error {
 	return fmt.Errorf("%s %q in inode %d: %w", op, name, parent, err)
 }
 
-// inoPath rebuilds an inode's path from its Parent and Name links.
+// inoPath rebuilds an inode's path from its Parent and Name links, for
+// display.
 func inoPath(tx *manifest.Tx, n *manifest.Inode) string {
+	return strings.Join(inoComps(tx, n), "/")
+}
+
+// inoComps returns the names on the way from the root to an inode, as
+// stored (bytes, not text).
+func inoComps(tx *manifest.Tx, n *manifest.Inode) []string {
 	var parts []string
 	for i := 0; n != nil && n.Ino != manifest.RootIno && i < 4096; i++ {
 		parts = append(parts, n.Name)
@@ -40,7 +47,7 @@ func inoPath(tx *manifest.Tx, n *manifest.Inode) string {
 		n = p
 	}
 	slices.Reverse(parts)
-	return strings.Join(parts, "/")
+	return parts
 }
 
 // viewInode and updateInode run fn in a transaction and describe the
@@ -160,7 +167,7 @@ func dirInode(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
 
 // checkName checks that parent is a directory without an entry name.
 func checkName(tx *manifest.Tx, parent uint64, name string) error {
-	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") || len(name) > 255 {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
 		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
 	}
 	if _, err := dirInode(tx, parent); err != nil {
@@ -346,9 +353,12 @@ func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error
 // current inode is ino, under that inode's name, keeping its attributes.
 // The content gets a new inode (the old one is released, or kept while
 // open), which is returned. If the file lost its name meanwhile, the
-// content is not stored and the error satisfies fs.ErrNotExist. See
+// content is not stored and the error satisfies fs.ErrNotExist; any other
+// failure to find the name is an error (see ingest.destination). See
 // CommitOptions.Adopt.
 func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, opts CommitOptions) (*FileInfo, *PutStats, error) {
+	// The path only chooses how to chunk (a .mlxkv name, a blocks
+	// directory); the commit goes to the inode's own name.
 	var comps []string
 	err := s.db.View(func(tx *manifest.Tx) error {
 		n, err := tx.Inode(ino)
@@ -358,7 +368,7 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		if err != nil {
 			return err
 		}
-		comps = strings.Split(inoPath(tx, n), "/")
+		comps = inoComps(tx, n)
 		return nil
 	})
 	if err != nil {

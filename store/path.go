@@ -28,6 +28,9 @@ func splitPath(p string) ([]string, error) {
 		if len(c) > 255 {
 			return nil, fmt.Errorf("%q: %w: name longer than 255 bytes", p, fs.ErrInvalid)
 		}
+		if strings.IndexByte(c, 0) >= 0 {
+			return nil, fmt.Errorf("%q: %w: a name cannot hold NUL", p, fs.ErrInvalid)
+		}
 		out = append(out, c)
 	}
 	return out, nil

@@ -62,7 +62,7 @@ func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if !*quiet {
-		fmt.Fprintf(stdout, "%s: %s as %s, %s new, %s reused, %s zeros, in %s\n", info.Path, formatBytes(info.Size), st.Kind,
+		fmt.Fprintf(stdout, "%s: %s as %s, %s new, %s reused, %s zeros, in %s\n", displayName(info.Path), formatBytes(info.Size), st.Kind,
 			formatBytes(st.NewBytes), formatBytes(st.ReusedBytes), formatBytes(st.ZeroBytes), time.Since(start).Round(time.Millisecond))
 		if st.Note != "" {
 			fmt.Fprintf(stdout, "  stored as a plain file: %s\n", st.Note)
@@ -202,7 +202,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', tabwriter.AlignRight)
 	for _, e := range ents {
-		name := e.Name
+		name := displayName(e.Name)
 		if e.IsDir() {
 			name += "/"
 		}

@@ -34,6 +34,8 @@ import (
 //
 // Errors come back as a status and {"error": message, "kind": sentinel},
 // so that the client returns the same errors (and exit codes) as the store.
+// Paths in query strings are percent-encoded bytes, so any name travels;
+// entries in replies carry names that are not UTF-8 as bytes too (wireInfo).
 
 // changeNotifier learns of names changed behind the kernel's back.
 type changeNotifier interface{ Invalidate(path string) }
@@ -64,11 +66,15 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 	})
 	mux.HandleFunc("GET /v1/stat", func(w http.ResponseWriter, r *http.Request) {
 		fi, err := s.Stat(r.URL.Query().Get("path"))
-		c.reply(w, fi, err)
+		c.reply(w, toWire(fi), err)
 	})
 	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
 		ents, err := s.List(r.URL.Query().Get("path"))
-		c.reply(w, ents, err)
+		out := make([]*wireInfo, len(ents))
+		for i, e := range ents {
+			out[i] = toWire(e)
+		}
+		c.reply(w, out, err)
 	})
 	mux.HandleFunc("PUT /v1/file", c.put)
 	mux.HandleFunc("GET /v1/file", c.get)
@@ -118,11 +124,11 @@ func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		c.notify.Invalidate(p)
 	}
-	c.reply(w, putReply{fi, st}, err)
+	c.reply(w, putReply{toWire(fi), st}, err)
 }
 
 type putReply struct {
-	Info  *store.FileInfo
+	Info  *wireInfo
 	Stats *store.PutStats
 }
 
@@ -142,7 +148,7 @@ func (c *controlServer) get(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if _, err := io.Copy(w, io.NewSectionReader(f, 0, f.Size())); err != nil {
 		c.log.Warn("control: get", "err", err)
-		w.Header().Set("Kvfs-Error", err.Error())
+		w.Header().Set("Kvfs-Error", escapeInvalid(err.Error()))
 		w.Header().Set("Kvfs-Error-Kind", kindOf(err))
 	}
 }
@@ -180,7 +186,7 @@ type errorReply struct {
 func (c *controlServer) reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		e := errorReply{Error: err.Error()}
+		e := errorReply{Error: escapeInvalid(err.Error())}
 		code := http.StatusInternalServerError
 		e.Kind = kindOf(err)
 		for _, k := range errKinds {
@@ -254,14 +260,18 @@ func (c *socketClient) ping() error {
 }
 
 func (c *socketClient) Stat(path string) (*store.FileInfo, error) {
-	var fi store.FileInfo
+	fi := wireInfo{FileInfo: &store.FileInfo{}}
 	_, err := c.do("GET", "/v1/stat", url.Values{"path": {path}}, nil, &fi)
-	return &fi, err
+	return fi.info(), err
 }
 
 func (c *socketClient) List(path string) ([]*store.FileInfo, error) {
-	var out []*store.FileInfo
-	_, err := c.do("GET", "/v1/list", url.Values{"path": {path}}, nil, &out)
+	var ents []*wireInfo
+	_, err := c.do("GET", "/v1/list", url.Values{"path": {path}}, nil, &ents)
+	out := make([]*store.FileInfo, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, e.info())
+	}
 	return out, err
 }
 
@@ -290,7 +300,7 @@ func (c *socketClient) Put(ctx context.Context, src, path string, progress func(
 	}
 	var out putReply
 	_, err = c.do("PUT", "/v1/file", url.Values{"path": {path}}, body, &out)
-	return out.Info, out.Stats, err
+	return out.Info.info(), out.Stats, err
 }
 
 func (c *socketClient) Get(path string, verify bool) (io.ReadCloser, int64, error) {
