@@ -208,7 +208,7 @@ func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {
 		what = removeDir
 	}
 	var freed []blockstore.Loc
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	err := s.freeing("remove", func(tx *manifest.Tx) error {
 		var err error
 		freed, err = s.removeTx(tx, parent, name, what)
 		return err
@@ -224,7 +224,7 @@ func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {
 // directory there unless noReplace (then fs.ErrExist).
 func (s *Store) RenameAt(op uint64, oname string, np uint64, nname string, noReplace bool) error {
 	var freed []blockstore.Loc
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	err := s.freeing("rename", func(tx *manifest.Tx) error {
 		var err error
 		freed, err = s.renameTx(tx, op, oname, np, nname, noReplace)
 		return err
