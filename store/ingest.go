@@ -134,7 +134,8 @@ type ingest struct {
 type adoptedPack struct {
 	pack       uint32
 	size, dead int64
-	spoolPath  string // where it came from, to give it back on failure
+	spoolPath  string           // where it came from, to give it back on failure
+	holes      []blockstore.Loc // its dead ranges, punched after the commit
 }
 
 // destination resolves, inside the commit transaction, where the new inode
@@ -388,6 +389,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	}
 	for _, p := range in.slots {
 		p.committed = p.app.Size()
+	}
+	if a := in.adopted; a != nil {
+		freed = append(freed, a.holes...)
 	}
 	s.punch(freed)
 	return fi, nil, nil
