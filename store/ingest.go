@@ -173,6 +173,7 @@ type hashWriter interface {
 
 func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	s := in.s
+	s.reserve.fill() // before the write takes the room (no-op while held)
 	in.plan = s.planFor(in.src, in.size, in.comps)
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
 	if in.plan.kind == kindBlob {
