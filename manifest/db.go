@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -168,14 +169,24 @@ func (db *DB) Update(fn func(*Tx) error) error {
 // With the grown size allocated at once, transactions write into space
 // that the index already has, and only the growth itself can meet a full
 // disk. It runs after every write transaction, and costs an fstat unless
-// the file grew. A failure is left for the next call (the store keeps a
-// reserve for removals on a full disk); without fallocate it does nothing.
+// the file grew. It allocates only when the filesystem has room for all
+// the holes: on a nearly full disk, a partial allocation (ext4 keeps one)
+// would take the last bytes from the writes for pages that the index may
+// never need; the store's reserve covers removals then. What is not done
+// is left for a later call; without fallocate it does nothing.
 func (db *DB) allocate() {
 	db.allocMu.Lock()
 	defer db.allocMu.Unlock()
 	fi, err := db.file.Stat()
 	if err != nil || fi.Size() <= db.allocated {
 		return
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		missing := fi.Size() - int64(st.Blocks)*512
+		var fs syscall.Statfs_t
+		if missing > 0 && (syscall.Statfs(db.path, &fs) != nil || int64(fs.Bavail)*int64(fs.Bsize) < missing) {
+			return
+		}
 	}
 	err = blockstore.Allocate(db.file, 0, fi.Size())
 	if err == nil || errors.Is(err, errors.ErrUnsupported) {

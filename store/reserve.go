@@ -58,8 +58,10 @@ func newReserve(dir string, size int64, log *slog.Logger) *reserve {
 	return &reserve{path: filepath.Join(dir, reserveName), size: size, log: log}
 }
 
-// fill makes the reserve if it is not in place and the filesystem has room
-// for it. It costs nothing while the reserve is held.
+// fill makes the reserve whole, with as much as the filesystem has free:
+// a removal that frees less than the reserve gives what it frees to the
+// reserve, before another writer takes it (the next removal on a full
+// disk needs it). It costs nothing while the reserve is whole.
 func (r *reserve) fill() {
 	if r.held.Load() {
 		return
@@ -76,21 +78,30 @@ func (r *reserve) fill() {
 	}
 	defer f.Close()
 	have := allocatedBytes(f)
-	if have < r.size {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(filepath.Dir(r.path), &st); err != nil || int64(st.Bavail)*int64(st.Bsize) < r.size-have {
-			return // no room (yet): a later removal or open tries again
-		}
-		if err := allocateReserve(f, r.size); err != nil {
-			// A reserve that is not whole is no reserve: give its space
-			// back to the writes.
-			f.Truncate(0)
-			r.log.Debug("cannot make the disk space reserve", "path", r.path, "err", err)
-			return
-		}
-		r.log.Info("disk space reserve in place, for removals on a full disk", "path", r.path, "bytes", r.size)
+	if have >= r.size {
+		r.held.Store(true)
+		return
 	}
-	r.held.Store(true)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(r.path), &st); err != nil {
+		return
+	}
+	bs := int64(st.Bsize)
+	// What is free, less a little for the file's own metadata, in whole
+	// blocks (the reserve is allocated from its start, without holes).
+	free := (int64(st.Bavail) - int64(st.Bavail)/64 - 4) * bs
+	n := min(r.size, have/bs*bs+max(free, 0))
+	if n <= have {
+		return // no room: a later removal or open tries again
+	}
+	if err := allocateReserve(f, n); err != nil {
+		r.log.Debug("cannot make the disk space reserve", "path", r.path, "bytes", n, "err", err)
+		return
+	}
+	if n == r.size {
+		r.log.Info("disk space reserve in place, for removals on a full disk", "path", r.path, "bytes", r.size)
+		r.held.Store(true)
+	}
 }
 
 // allocatedBytes is the disk space a file holds.
