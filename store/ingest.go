@@ -280,7 +280,13 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var fi *FileInfo
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	update := s.db.Update
+	if in.size == 0 {
+		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
+		// made too: on a full disk it may use the reserve.
+		update = func(fn func(*manifest.Tx) error) error { return s.freeing("truncate", fn) }
+	}
+	err := update(func(tx *manifest.Tx) error {
 		missing = missing[:0]
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page

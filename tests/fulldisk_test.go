@@ -280,13 +280,17 @@ func testFullDiskMount(t *testing.T, kind string) {
 	// Fill the disk through the mount, then to the last byte beside it.
 	stored, failed := runFill(t, m, 1, "1048576,300000,60000", "20000", "3000")
 	t.Logf("%d files stored, %d writes failed with ENOSPC", len(stored), len(failed))
-	if len(stored) < 20 || len(failed) == 0 {
+	if len(stored) < 30 || len(failed) == 0 {
 		t.Fatalf("%d files stored, %d failed: the disk did not fill as planned", len(stored), len(failed))
 	}
 	filler := filepath.Join(disk, "filler")
 	fillDisk(t, filler)
 	if s, f := runFill(t, m, 1000, "100000"); len(s) != 0 || len(f) != 1 {
 		t.Fatalf("on the full disk: %d stored, %d failed", len(s), len(f))
+	}
+	// The failed writers closed their files: no spool is left.
+	if ents, err := os.ReadDir(filepath.Join(m.store, "spool")); err != nil || len(ents) != 0 {
+		t.Fatalf("spool after the failed writes: %d files (%v)", len(ents), err)
 	}
 
 	// Removals of every kind on the full disk, refilled before each.
@@ -304,6 +308,9 @@ func testFullDiskMount(t *testing.T, kind string) {
 	gone := map[string]bool{}
 	for _, f := range byDir[1] {
 		gone[f.name] = true
+	}
+	if len(big) < 6 || len(byDir[0]) < 1 || len(byDir[2]) < 3 {
+		t.Fatalf("not the files planned: %d big, %d in d0, %d in d2", len(big), len(byDir[0]), len(byDir[2]))
 	}
 	fillDisk(t, filler)
 	sh(t, fmt.Sprintf("rm %s %s", m.path(big[0].name), m.path("d0/snap-300.mlxkv")))
@@ -335,8 +342,20 @@ func testFullDiskMount(t *testing.T, kind string) {
 	fillDisk(t, filler)
 	kvfs(t, "rm", m.store, big[2].name)
 	gone[big[2].name] = true
+	// Emptying a file makes room too (truncate(2) by path).
+	fillDisk(t, filler)
+	if err := os.Truncate(m.path(big[3].name), 0); err != nil {
+		t.Fatalf("truncate on a full disk: %v", err)
+	}
+	if fi, err := os.Stat(m.path(big[3].name)); err != nil || fi.Size() != 0 {
+		t.Fatalf("truncated %s: %v", big[3].name, err)
+	}
+	gone[big[3].name] = true
 
-	// The removed files' space takes new files.
+	// The removed files' space takes new files (once the index has
+	// allocated the holes that the older kvfs left).
+	sh(t, fmt.Sprintf("rm %s %s", m.path(big[4].name), m.path(big[5].name)))
+	gone[big[4].name], gone[big[5].name] = true, true
 	src := t.TempDir()
 	for i := range 3 {
 		p := filepath.Join(src, fmt.Sprint(i))
