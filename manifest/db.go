@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -50,6 +52,14 @@ type Params struct {
 type DB struct {
 	bolt *bolt.DB
 	path string
+
+	// file is a second descriptor of the index file, for allocate; bbolt
+	// keeps its own (and its lock: flock belongs to bbolt's descriptor).
+	file *os.File
+	// allocMu guards allocated, the file size whose space allocate last
+	// secured.
+	allocMu   sync.Mutex
+	allocated int64
 }
 
 // Open opens the index at path. With create, a missing index is created with
@@ -71,9 +81,22 @@ func Open(path string, create bool, params Params, timeout time.Duration) (*DB, 
 		return nil, fmt.Errorf("open index %s: %w", path, err)
 	}
 	db := &DB{bolt: b, path: path}
-	err = b.Update(func(tx *bolt.Tx) error {
+	if db.file, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("open index %s: %w", path, err)
+	}
+	// Opening an index with all its buckets writes nothing: on a full
+	// disk, a write can fail, and the store must still open.
+	run := b.View
+	if create || missingBuckets(b) {
+		run = b.Update
+	}
+	err = run(func(tx *bolt.Tx) error {
 		fresh := tx.Bucket(bucketMeta) == nil
 		for _, name := range allBuckets {
+			if !tx.Writable() {
+				break
+			}
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -100,22 +123,75 @@ func Open(path string, create bool, params Params, timeout time.Duration) (*DB, 
 		return nil
 	})
 	if err != nil {
-		b.Close()
+		db.Close()
 		return nil, fmt.Errorf("open index %s: %w", path, err)
 	}
+	db.allocate()
 	return db, nil
+}
+
+// missingBuckets reports whether the index lacks one of this version's
+// buckets.
+func missingBuckets(b *bolt.DB) bool {
+	missing := false
+	b.View(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			missing = missing || tx.Bucket(name) == nil
+		}
+		return nil
+	})
+	return missing
 }
 
 // Path is the index file's path.
 func (db *DB) Path() string { return db.path }
 
 // Close closes the index.
-func (db *DB) Close() error { return db.bolt.Close() }
+func (db *DB) Close() error {
+	err := db.bolt.Close()
+	db.file.Close()
+	return err
+}
 
 // Update runs fn in a read-write transaction, committed (and synced) if fn
 // returns nil.
 func (db *DB) Update(fn func(*Tx) error) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	err := db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	db.allocate()
+	return err
+}
+
+// allocate gives the index file's space to it for real. bbolt grows its
+// file with truncate, which allocates nothing, in steps (doubling up to
+// 16 MiB, then 16 MiB at a time), and later writes pages into that
+// region; on a full disk those writes fail, and with them every
+// transaction — a removal's too, so that no space could ever be freed.
+// With the grown size allocated at once, transactions write into space
+// that the index already has, and only the growth itself can meet a full
+// disk. It runs after every write transaction, and costs an fstat unless
+// the file grew. It allocates only when the filesystem has room for all
+// the holes: on a nearly full disk, a partial allocation (ext4 keeps one)
+// would take the last bytes from the writes for pages that the index may
+// never need; the store's reserve covers removals then. What is not done
+// is left for a later call; without fallocate it does nothing.
+func (db *DB) allocate() {
+	db.allocMu.Lock()
+	defer db.allocMu.Unlock()
+	fi, err := db.file.Stat()
+	if err != nil || fi.Size() <= db.allocated {
+		return
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		missing := fi.Size() - int64(st.Blocks)*512
+		var fs syscall.Statfs_t
+		if missing > 0 && (syscall.Statfs(db.path, &fs) != nil || int64(fs.Bavail)*int64(fs.Bsize) < missing) {
+			return
+		}
+	}
+	err = blockstore.Allocate(db.file, 0, fi.Size())
+	if err == nil || errors.Is(err, errors.ErrUnsupported) {
+		db.allocated = fi.Size()
+	}
 }
 
 // View runs fn in a read-only transaction.

@@ -63,8 +63,11 @@ func (in *ingest) place() error {
 	return nil
 }
 
-// adoptSpool renames the source into packs/ as a new pack and punches out
-// every byte that is not one of its new chunks.
+// adoptSpool renames the source into packs/ as a new pack; every byte that
+// is not one of its new chunks is punched out once the commit succeeds.
+// Not before: until then the spool's bytes are the source (a chunk
+// released meanwhile is written again from it), and a commit that fails
+// gives the spool back to its writer, who commits it again.
 func (in *ingest) adoptSpool() error {
 	s := in.s
 	pack, err := s.newPack()
@@ -93,10 +96,7 @@ func (in *ingest) adoptSpool() error {
 	if in.size > pos {
 		holes = append(holes, blockstore.Loc{Pack: pack, Off: pos, Len: in.size - pos})
 	}
-	a.dead = in.size - live
-	if err := s.packs.Punch(pack, holes); err != nil {
-		return err
-	}
+	a.dead, a.holes = in.size-live, holes
 	if err := in.adopt.Sync(); err != nil {
 		return fmt.Errorf("sync adopted pack: %w", err)
 	}

@@ -167,7 +167,7 @@ func (s *Store) ExpireBlobs(now time.Time) (int, error) {
 	}
 	var freed []blockstore.Loc
 	n := 0
-	err = s.db.Update(func(tx *manifest.Tx) error {
+	err = s.freeing("expire blobs", func(tx *manifest.Tx) error {
 		freed, n = nil, 0
 		for _, h := range due {
 			f, err := s.retire(tx, h, now)

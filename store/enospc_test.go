@@ -4,12 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kvfs/kvfs/store"
+	bolt "go.etcd.io/bbolt"
 )
 
 // requireRoot fails a test that needs root when it is not root, unless the
@@ -31,11 +40,7 @@ func requireRoot(t *testing.T) {
 // lost.
 func TestENOSPC(t *testing.T) {
 	requireRoot(t)
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=6m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	mnt := smallFS(t, "tmpfs", 6<<20)
 	dir := filepath.Join(mnt, "store")
 	if err := store.Init(dir, 16384); err != nil {
 		t.Fatal(err)
@@ -93,5 +98,319 @@ func TestENOSPC(t *testing.T) {
 	b := randBytes(300_000, 1000)
 	if _, _, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), "after", store.PutOptions{}); err != nil {
 		t.Fatalf("put after freeing space: %v", err)
+	}
+}
+
+// smallFS mounts a filesystem of size bytes for the test: a tmpfs, or an
+// ext4 image on a loop device (they allocate differently: tmpfs by pages,
+// at once; ext4 by blocks, delayed, with a journal and reserved clusters).
+// The ext4 image has no blocks reserved for root: the store runs as root,
+// and "full" must mean full.
+func smallFS(t *testing.T, kind string, size int64) string {
+	t.Helper()
+	requireRoot(t)
+	mnt := t.TempDir()
+	switch kind {
+	case "tmpfs":
+		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	case "ext4":
+		img := filepath.Join(t.TempDir(), "fs.img")
+		if err := os.WriteFile(img, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(img, size); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"mkfs.ext4", "-q", "-F", "-m", "0", img}, {"mount", "-o", "loop", img, mnt}} {
+			if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		t.Cleanup(func() {
+			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v\n%s", mnt, err, out)
+				syscall.Unmount(mnt, syscall.MNT_DETACH)
+			}
+		})
+	default:
+		t.Fatalf("unknown filesystem %q", kind)
+	}
+	return mnt
+}
+
+// fillUp appends to path until the filesystem is full to the last byte,
+// as another program on the same disk would, and checks that nothing is
+// left.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range []int{1 << 16, 4096, 512, 1} {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 0xaa
+		}
+		for {
+			_, err := f.Write(b)
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("fill %s: %v", path, err)
+			}
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Bavail != 0 {
+		t.Fatalf("filled %s, but %d blocks are still free", path, st.Bavail)
+	}
+}
+
+// sparsifyIndex punches out every page of a closed index that holds
+// nothing (its free pages, and the file's tail past the last page in
+// use): the state in which an index grown by bbolt (with truncate, which
+// allocates nothing) is left when its disk fills up. Every page that a
+// transaction writes then needs new space.
+func sparsifyIndex(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holes [][2]int64
+	ps := int64(db.Info().PageSize)
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 2; int64(id)*ps < tx.Size(); id++ {
+			p, err := tx.Page(id)
+			if err != nil {
+				return err
+			}
+			if p != nil && p.Type == "free" {
+				holes = append(holes, [2]int64{int64(id) * ps, ps})
+			}
+		}
+		holes = append(holes, [2]int64{tx.Size(), 1 << 40})
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, h := range holes {
+		if err := syscall.Fallocate(int(f.Fd()), 0x01|0x02, h[0], h[1]); err != nil { // KEEP_SIZE|PUNCH_HOLE
+			t.Fatalf("punch %s [%d,+%d): %v", path, h[0], h[1], err)
+		}
+	}
+	t.Logf("index: %d free pages and the tail punched out", len(holes)-1)
+}
+
+// logBuffer collects a store's log for the test to read.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestFullDisk fills the store's filesystem to the last byte (with the
+// store's files, then a filler beside it) and checks that a full disk
+// never wedges the store: writes fail with ENOSPC and leave nothing
+// behind; removes, rmdir, rename over a file and the release of an orphan
+// succeed, also after a reopen on the still-full disk with an index whose
+// free pages hold no space; and once files are removed, writes work again.
+func TestFullDisk(t *testing.T) {
+	for _, kind := range []string{"tmpfs", "ext4"} {
+		t.Run(kind, func(t *testing.T) { testFullDisk(t, kind) })
+	}
+}
+
+func testFullDisk(t *testing.T, kind string) {
+	mnt := smallFS(t, kind, 16<<20)
+	dir := filepath.Join(mnt, "store")
+	if err := store.Init(dir, 16384); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	opts := store.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("store log:\n%s", logs)
+		}
+	})
+	s, err := store.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+
+	// Fill the disk through the store: files of decreasing sizes, some in
+	// directories, some sharing content, until even a small one fails.
+	files := map[string][]byte{}
+	var names []string
+	seed := uint64(0)
+	for _, size := range []int{700_000, 150_000, 30_000, 4000, 100} {
+		for {
+			seed++
+			name := fmt.Sprintf("d%d/f%d", seed%4, seed)
+			b := randBytes(size, seed)
+			if seed%5 == 0 && len(names) > 0 {
+				// Half of an earlier file, then new bytes.
+				prev := files[names[len(names)-1]]
+				b = append(append([]byte{}, prev[:len(prev)/2]...), randBytes(size, seed)...)
+			}
+			_, _, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), name, store.PutOptions{})
+			if err == nil {
+				files[name] = b
+				names = append(names, name)
+				continue
+			}
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("put %s on a full disk: %v, want ENOSPC", name, err)
+			}
+			if _, err := s.Stat(name); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("failed put left %s behind: %v", name, err)
+			}
+			break
+		}
+	}
+	t.Logf("%d files stored before the disk filled", len(files))
+	if len(files) < 10 {
+		t.Fatalf("only %d files fit", len(files))
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatalf("after failed puts: %v", err)
+	}
+	filler := filepath.Join(mnt, "filler")
+	fillUp(t, filler)
+
+	// A put on the full disk fails cleanly.
+	b := randBytes(50_000, 9999)
+	if _, _, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), "new", store.PutOptions{}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("put on a full disk: %v, want ENOSPC", err)
+	}
+	if _, err := s.Stat("new"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("failed put left its name: %v", err)
+	}
+
+	// Every kind of removal works on the full disk.
+	take := func() string {
+		name := names[0]
+		names = names[1:]
+		return name
+	}
+	remove := func(name string) {
+		t.Helper()
+		if err := s.Remove(name); err != nil {
+			t.Fatalf("remove on a full disk: %v", err)
+		}
+		delete(files, name)
+	}
+	remove(take())
+	fillUp(t, filler)
+	victim := take()
+	d, err := s.Stat(path.Dir(victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveAt(d.Ino, path.Base(victim), false); err != nil {
+		t.Fatalf("unlink on a full disk: %v", err)
+	}
+	delete(files, victim)
+	fillUp(t, filler)
+	src, dst := take(), take()
+	if err := s.Rename(src, dst); err != nil {
+		t.Fatalf("rename over a file on a full disk: %v", err)
+	}
+	files[dst] = files[src]
+	delete(files, src)
+	names = append(names, dst)
+	fillUp(t, filler)
+	// Empty a directory and remove it.
+	ents, err := s.List("d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		remove("d1/" + e.Name)
+		fillUp(t, filler)
+	}
+	if err := s.Remove("d1"); err != nil {
+		t.Fatalf("rmdir on a full disk: %v", err)
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { _, ok := files[n]; return !ok })
+
+	// A file removed while open is an orphan; the store is closed as by a
+	// crash, with the orphan in the index, the disk full, and an index
+	// whose free pages hold no space.
+	orphan := take()
+	of, err := s.Open(orphan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remove(orphan)
+	_ = of // never closed: the crash
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sparsifyIndex(t, filepath.Join(dir, "kvfs.db"))
+	fillUp(t, filler)
+	if s, err = store.Open(dir, opts); err != nil {
+		t.Fatalf("reopen on a full disk: %v", err)
+	}
+	// The orphan's release had no space in the index: it took the
+	// reserve.
+	if !strings.Contains(logs.String(), "released the disk space reserve") {
+		t.Fatal("the orphan's release on the full disk did not use the reserve")
+	}
+	for range 3 {
+		fillUp(t, filler)
+		remove(take())
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		if got := get(t, s, name); !bytes.Equal(got, b) {
+			t.Fatalf("%s changed", name)
+		}
+	}
+
+	// The space the removals freed takes new files.
+	for i := range 3 {
+		b := randBytes(100_000, uint64(5000+i))
+		name := fmt.Sprintf("again/%d", i)
+		if _, _, err := s.Put(ctx, bytes.NewReader(b), int64(len(b)), name, store.PutOptions{}); err != nil {
+			t.Fatalf("put after removing files: %v", err)
+		}
+		if got := get(t, s, name); !bytes.Equal(got, b) {
+			t.Fatalf("%s reads back wrong", name)
+		}
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
 	}
 }

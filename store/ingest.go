@@ -135,7 +135,8 @@ type ingest struct {
 type adoptedPack struct {
 	pack       uint32
 	size, dead int64
-	spoolPath  string // where it came from, to give it back on failure
+	spoolPath  string           // where it came from, to give it back on failure
+	holes      []blockstore.Loc // its dead ranges, punched after the commit
 }
 
 // ErrNameMismatch: an inode's own Parent and Name do not lead back to it.
@@ -187,6 +188,7 @@ type hashWriter interface {
 
 func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	s := in.s
+	s.reserve.fill() // before the write takes the room (no-op while held)
 	in.plan = s.planFor(in.src, in.size, in.comps)
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
 	if in.plan.kind == kindBlob {
@@ -294,9 +296,18 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
 	var held uint64
-	err := s.updateReleasing(func(tx *manifest.Tx) error {
+	update := s.updateReleasing
+	if in.size == 0 {
+		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
+		// made too: on a full disk it may use the reserve.
+		update = func(fn func(*manifest.Tx) error) error { return s.freeing("truncate", fn) }
+	}
+	err := update(func(tx *manifest.Tx) error {
 		missing = missing[:0]
-		held = 0
+		if held != 0 {
+			s.unpinHeld(held) // an earlier try did not commit
+			held = 0
+		}
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
@@ -414,6 +425,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	}
 	for _, p := range in.slots {
 		p.committed = p.app.Size()
+	}
+	if a := in.adopted; a != nil {
+		freed = append(freed, a.holes...)
 	}
 	s.punch(freed)
 	return fi, nil, nil

@@ -135,3 +135,61 @@ func newTestStore(t *testing.T) (*Store, string) {
 	t.Cleanup(func() { s.Close() })
 	return s, dir
 }
+
+// TestAdoptedSpoolKeepsDuplicatesUntilCommit: an adopted spool's
+// duplicate chunks stay in it until the commit succeeds. Here the file
+// they duplicate is removed before the commit, so the commit must write
+// them again from the spool; and a commit that fails gives the spool back
+// to a writer that commits it again (on a full disk, at close and again at
+// release), which must still hold every byte.
+func TestAdoptedSpoolKeepsDuplicatesUntilCommit(t *testing.T) {
+	s, dir := newTestStore(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	rnd := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	a := rnd(40960)
+	if _, _, err := s.Put(context.Background(), bytes.NewReader(a), int64(len(a)), "a", PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := s.CreateAt(1, "f", 0o644, Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := append(append([]byte{}, a[:16384]...), rnd(100000)...)
+	sp, err := os.CreateTemp(filepath.Join(dir, "spool"), "w-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	sp.Write(b)
+	s.beforeCommit = func() {
+		s.beforeCommit = nil
+		if err := s.Remove("a"); err != nil {
+			t.Error(err)
+		}
+	}
+	_, st, err := s.CommitIno(context.Background(), fi.Ino, sp, int64(len(b)), CommitOptions{Adopt: true})
+	if err != nil {
+		t.Fatalf("commit after the duplicated file went: %v", err)
+	}
+	if !st.Adopted {
+		t.Fatal("spool not adopted")
+	}
+	f, err := s.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, f.Size())
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("content differs (%v)", err)
+	}
+	if err := s.Check(context.Background(), CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}

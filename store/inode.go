@@ -215,7 +215,7 @@ func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {
 		what = removeDir
 	}
 	var freed []blockstore.Loc
-	err := s.updateReleasing(func(tx *manifest.Tx) error {
+	err := s.freeing("remove", func(tx *manifest.Tx) error {
 		var err error
 		freed, err = s.removeTx(tx, parent, name, what)
 		return err
@@ -231,7 +231,7 @@ func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {
 // directory there unless noReplace (then fs.ErrExist).
 func (s *Store) RenameAt(op uint64, oname string, np uint64, nname string, noReplace bool) error {
 	var freed []blockstore.Loc
-	err := s.updateReleasing(func(tx *manifest.Tx) error {
+	err := s.freeing("rename", func(tx *manifest.Tx) error {
 		var err error
 		freed, err = s.renameTx(tx, op, oname, np, nname, noReplace)
 		return err

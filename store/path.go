@@ -264,7 +264,7 @@ func (s *Store) Remove(path string) error {
 		return pathErr("remove", path, err)
 	}
 	var freed []blockstore.Loc
-	err = s.updateReleasing(func(tx *manifest.Tx) error {
+	err = s.freeing("remove", func(tx *manifest.Tx) error {
 		parent, err := parentOf(tx, comps, false)
 		if err != nil {
 			return err
@@ -364,7 +364,7 @@ func (s *Store) Rename(oldpath, newpath string) error {
 	}
 	var freed []blockstore.Loc
 	errPath := oldpath
-	err = s.updateReleasing(func(tx *manifest.Tx) error {
+	err = s.freeing("rename", func(tx *manifest.Tx) error {
 		op, err := parentOf(tx, oc, false)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -36,6 +37,10 @@ type Options struct {
 	// LockTimeout bounds the wait for another process's lock on the
 	// store; 0 means one second.
 	LockTimeout time.Duration
+	// Reserve is the disk space, in bytes, that the store keeps for
+	// removals on a full disk (see reserve.go); 0 means 1/64 of the
+	// filesystem, at least 64 KiB and at most 64 MiB.
+	Reserve int64
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -49,6 +54,7 @@ type Store struct {
 	verify    bool
 	packBytes int64
 	blobGrace time.Duration
+	reserve   *reserve
 
 	// beforeCommit, if set (by tests), runs between chunking and commit.
 	beforeCommit func()
@@ -99,6 +105,7 @@ func Init(dir string, chunkSize int64) error {
 	if err != nil {
 		return fmt.Errorf("init %s: %w", dir, err)
 	}
+	newReserve(dir, 0, slog.New(slog.DiscardHandler)).fill()
 	return db.Close()
 }
 
@@ -118,7 +125,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
+	rsv := newReserve(dir, opts.Reserve, opts.Logger)
 	db, err := manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
+	if errors.Is(err, syscall.ENOSPC) && rsv.release("open index", err) {
+		db, err = manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("open store %s: no store here (run kvfs init): %w", dir, err)
@@ -131,7 +142,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, open: map[uint64]int{}, held: map[uint32]bool{}}
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, open: map[uint64]int{}, held: map[uint32]bool{}}
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
@@ -140,6 +151,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)
 	}
+	s.reserve.fill()
 	return s, nil
 }
 
@@ -201,12 +213,8 @@ func (s *Store) recover() error {
 			}
 		}
 	}
-	for _, ino := range orphans {
-		s.log.Info("recover: releasing orphaned inode", "ino", ino)
-		if err := s.releaseOrphan(ino); err != nil {
-			return err
-		}
-	}
+	// The spool goes before the orphans: it frees space that their
+	// release may need on a full disk.
 	spool := filepath.Join(s.dir, "spool")
 	entries, err := os.ReadDir(spool)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -217,7 +225,16 @@ func (s *Store) recover() error {
 			return err
 		}
 	}
-	return os.MkdirAll(spool, 0o700)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return err
+	}
+	for _, ino := range orphans {
+		s.log.Info("recover: releasing orphaned inode", "ino", ino)
+		if err := s.releaseOrphan(ino); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // updateReleasing runs fn in a write transaction that may release
@@ -239,7 +256,8 @@ func (s *Store) viewPinning(fn func(tx *manifest.Tx) error) error {
 // releaseOrphan drops an orphaned inode and releases its chunks.
 func (s *Store) releaseOrphan(ino uint64) error {
 	var freed []blockstore.Loc
-	err := s.updateReleasing(func(tx *manifest.Tx) error {
+	err := s.freeing("release orphan", func(tx *manifest.Tx) error {
+		freed = nil
 		s.mu.Lock()
 		open := s.open[ino] > 0
 		s.mu.Unlock()
@@ -296,17 +314,25 @@ func (s *Store) releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.L
 }
 
 // punch frees the space of released chunks. It runs after their release
-// has committed; a failure only leaves dead bytes, which are logged.
+// has committed; a failure only leaves dead bytes, which are logged. (A
+// punch can need a block to split an extent: on a full disk, the reserve
+// is given up for it.) Then, with room made, the reserve is made again if
+// it was given up.
 func (s *Store) punch(freed []blockstore.Loc) {
 	byPack := map[uint32][]blockstore.Loc{}
 	for _, l := range freed {
 		byPack[l.Pack] = append(byPack[l.Pack], l)
 	}
 	for pack, locs := range byPack {
-		if err := s.packs.Punch(pack, locs); err != nil {
+		err := s.packs.Punch(pack, locs)
+		if errors.Is(err, syscall.ENOSPC) && s.reserve.release("punch", err) {
+			err = s.packs.Punch(pack, locs)
+		}
+		if err != nil {
 			s.log.Warn("punch released chunks", "err", err)
 		}
 	}
+	s.reserve.fill()
 }
 
 // ctxErr reports a cancelled context.
