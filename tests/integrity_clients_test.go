@@ -58,19 +58,20 @@ func icFile(h icHeaderInfo) []byte {
 }
 
 // icRandom picks a random integrity file: 4 KiB to 3 MiB, sizes unaligned;
-// a third share a prefix with every other file, a third have a hole.
-func icRandom(r *rand.Rand) []byte {
+// one in three has a hole (a run of zeros). With dedup, half of them
+// start with a run of the bytes that every such file has at the same
+// offsets, so that versions share chunks and releasing one must keep
+// what the others use.
+func icRandom(r *rand.Rand, dedup bool) []byte {
 	n := 4096 + r.IntN(3<<20-4096+1)
 	h := icHeaderInfo{length: uint64(n), seed: r.Uint64() | 1}
-	switch r.IntN(3) {
-	case 0:
+	if dedup && r.IntN(2) == 0 {
 		h.shared = uint32(r.IntN(n/2 + 1))
-	case 1:
-		start := r.IntN(n/2 + 1)
-		h.shared = uint32(start)
-		h.zeros = uint32(r.IntN(n - start + 1))
 	}
 	h.shared = max(h.shared, icHeader)
+	if r.IntN(3) == 0 {
+		h.zeros = uint32(r.IntN(n - int(h.shared) + 1))
+	}
 	return icFile(h)
 }
 
@@ -384,7 +385,8 @@ func iread(args []string) error {
 // path is rewritten in place with O_TRUNC); "fsync" syncs before close;
 // "unlink" removes the path before writing it; "readback" opens the path
 // after the write and checks it with icCheck; "exclusive" says no one else
-// writes these paths, so the read-back must be exactly what was written.
+// writes these paths, so the read-back must be exactly what was written;
+// "dedup" makes files share chunks (see icRandom).
 // Prints a report; failed writes count as bad.
 func iwrite(args []string) error {
 	flags := map[string]bool{}
@@ -404,7 +406,7 @@ func iwrite(args []string) error {
 	last := map[string]uint64{} // length last written to each path
 	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
 		path := paths[rng.IntN(len(paths))]
-		b := icRandom(rng)
+		b := icRandom(rng, flags["dedup"])
 		if flags["unlink"] {
 			if err := os.Remove(path); err != nil && !errors.Is(err, syscall.ENOENT) {
 				r.bad(errKind("unlink", err), "%s: %v", path, err)

@@ -26,19 +26,24 @@ import (
 // TestRenameOverReaders (issue 7, defect 2): a writer replaces F over and
 // over (write .tmpN, close, rename over F) while three readers open,
 // fstat, read and check it. F always exists, so every open must succeed and
-// read one whole version; with --verify as without.
+// read one whole version; with --verify as without. In the dedup subtest
+// the versions share chunks, so that the writer's commit reuses chunks
+// that the rename before it released or kept.
 func TestRenameOverReaders(t *testing.T) {
-	for _, verify := range []bool{false, true} {
-		t.Run(fmt.Sprintf("verify=%v", verify), func(t *testing.T) {
-			var args []string
-			if verify {
-				args = append(args, "--verify")
-			}
-			m := newMount(t, args...)
+	for _, tc := range []struct {
+		name, flags string
+		mountArgs   []string
+	}{
+		{"plain", "rename", nil},
+		{"verify", "rename", []string{"--verify"}},
+		{"dedup", "rename,dedup", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMount(t, tc.mountArgs...)
 			d := stressDuration(t, 30*time.Second)
 			icPut(t, m.path("F"), 1)
 			p := newICProcs(t, m, d)
-			p.client("iwrite", "rename", "2", m.path("F"))
+			p.client("iwrite", tc.flags, "2", m.path("F"))
 			for i := range 3 {
 				p.client("iread", "read", fmt.Sprint(10+i), m.path("F"))
 			}
@@ -82,7 +87,7 @@ func TestAttrsAfterCommit(t *testing.T) {
 // read back) into their own names and into names they share, a writer
 // renaming over a name without fsync, a writer that unlinks a name and
 // writes it again, ls -l and stat loops, and readers through read(2) and
-// through mmap. No reader may see a bad byte or lose a name that always
+// through mmap; the files share chunks. No reader may see a bad byte or lose a name that always
 // exists. CI runs it under -race (the harness builds the daemon with -race
 // then).
 func TestReadWriteListStress(t *testing.T) {
@@ -114,11 +119,11 @@ func TestReadWriteListStress(t *testing.T) {
 	p := newICProcs(t, m, d)
 	// Writer 0 owns u0, so its read-backs must be exactly what it wrote;
 	// writers 1 and 2 also write s0 and s1 over each other.
-	p.client("iwrite", append([]string{"rename,fsync,readback,exclusive", "1"}, in("u0")...)...)
-	p.client("iwrite", append([]string{"rename,fsync,readback", "2"}, in("u1", "s0", "s1")...)...)
-	p.client("iwrite", append([]string{"rename,fsync,readback", "3"}, in("u2", "s0", "s1")...)...)
-	p.client("iwrite", append([]string{"rename", "4"}, in("r")...)...)
-	p.client("iwrite", append([]string{"unlink", "5"}, volatile...)...)
+	p.client("iwrite", append([]string{"rename,fsync,readback,exclusive,dedup", "1"}, in("u0")...)...)
+	p.client("iwrite", append([]string{"rename,fsync,readback,dedup", "2"}, in("u1", "s0", "s1")...)...)
+	p.client("iwrite", append([]string{"rename,fsync,readback,dedup", "3"}, in("u2", "s0", "s1")...)...)
+	p.client("iwrite", append([]string{"rename,dedup", "4"}, in("r")...)...)
+	p.client("iwrite", append([]string{"unlink,dedup", "5"}, volatile...)...)
 	for _, dir := range dirs {
 		p.loop(fmt.Sprintf("ls -l %s >/dev/null 2>&1", dir))
 		p.loop(fmt.Sprintf("stat %s/u0 %[1]s/s0 %[1]s/r >/dev/null", dir))
@@ -138,7 +143,7 @@ func TestReadWriteListStress(t *testing.T) {
 // name exists before the readers start.
 func icPut(t *testing.T, path string, seed uint64) {
 	t.Helper()
-	if err := os.WriteFile(path, icRandom(rand.New(rand.NewPCG(seed, 0))), 0o644); err != nil {
+	if err := os.WriteFile(path, icRandom(rand.New(rand.NewPCG(seed, 0)), false), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
