@@ -238,7 +238,8 @@ func icVerify(r *icReport, what string, p, scratch []byte, off int64, h icHeader
 
 // icCheck is the one check every reader runs: it opens path, fstats it,
 // reads it to EOF (through read(2), or through a shared mapping when mmap
-// is set) and checks the bytes and their count against the header, then
+// is set; a reader through read(2) fstats before or after reading, at
+// random) and checks the bytes and their count against the header, then
 // preads at random offsets and checks those. A name that must exist
 // (stable) must open, and read whole; a volatile name may be missing, or
 // be read while being written: then a prefix of it must be right.
@@ -251,12 +252,23 @@ func icCheck(r *icReport, rng *rand.Rand, path string, stable, mmap bool, buf, s
 		return icResult{}
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		r.bad(errKind("fstat", err), "%s: %v", path, err)
+	// A reader that maps needs the size first; one that reads may read
+	// first, as a program that knows its offsets does, and fstat after:
+	// then the read has only the kernel's cached size to go by.
+	statFirst := mmap || rng.IntN(2) == 0
+	var size int64
+	fstat := func() bool {
+		fi, err := f.Stat()
+		if err != nil {
+			r.bad(errKind("fstat", err), "%s: %v", path, err)
+			return false
+		}
+		size = fi.Size()
+		return true
+	}
+	if statFirst && !fstat() {
 		return icResult{}
 	}
-	size := fi.Size()
 	var got []byte
 	if mmap {
 		if got, err = readMapped(f, size, buf); err != nil {
@@ -271,6 +283,13 @@ func icCheck(r *icReport, rng *rand.Rand, path string, stable, mmap bool, buf, s
 		}
 		got = buf[:n]
 	}
+	if !statFirst && !fstat() {
+		return icResult{n: len(got)}
+	}
+	statNote := fmt.Sprintf("fstat size %d", size)
+	if !statFirst {
+		statNote += " after the read"
+	}
 	h, ok := icDecode(got)
 	res := icResult{h: h, n: len(got)}
 	if !ok {
@@ -278,24 +297,24 @@ func icCheck(r *icReport, rng *rand.Rand, path string, stable, mmap bool, buf, s
 		case !stable && len(got) < icHeader:
 			r.Reads++ // a volatile file just created
 		case len(got) < icHeader:
-			r.bad("short read", "%s: %d bytes, fstat size %d, no whole header", path, len(got), size)
+			r.bad("short read", "%s: %d bytes, %s, no whole header", path, len(got), statNote)
 		case bytes.Count(got[:icHeader], []byte{0}) == icHeader:
-			r.bad("zeroed bytes", "%s: header is zeros (%d bytes read, fstat size %d)", path, len(got), size)
+			r.bad("zeroed bytes", "%s: header is zeros (%d bytes read, %s)", path, len(got), statNote)
 		default:
-			r.bad("wrong bytes", "%s: bad header %x (%d bytes read, fstat size %d)", path, got[:icHeader], len(got), size)
+			r.bad("wrong bytes", "%s: bad header %x (%d bytes read, %s)", path, got[:icHeader], len(got), statNote)
 		}
 		return res
 	}
 	switch n := uint64(len(got)); {
 	case n > h.length:
-		r.bad("long read", "%s: read %d bytes, its header says %d (fstat size %d)", path, n, h.length, size)
+		r.bad("long read", "%s: read %d bytes, its header says %d (%s)", path, n, h.length, statNote)
 		return res
 	case n < h.length && stable:
-		r.bad("short read", "%s: read %d bytes, its header says %d (fstat size %d)", path, n, h.length, size)
+		r.bad("short read", "%s: read %d bytes, its header says %d (%s)", path, n, h.length, statNote)
 		icVerify(r, path+" (short)", got, scratch, 0, h)
 		return res
 	case stable && uint64(size) != h.length:
-		r.bad("fstat size", "%s: fstat size %d, read %d bytes as its header says", path, size, n)
+		r.bad("fstat size", "%s: %s, read %d bytes as its header says", path, statNote, n)
 	}
 	if !icVerify(r, path, got, scratch, 0, h) {
 		return res

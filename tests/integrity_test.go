@@ -199,8 +199,16 @@ func (p *icProcs) start(pr *icProc) {
 }
 
 // wait waits for every process and merges their reports. A client that
-// fails, or prints no report, fails the test.
+// fails, or prints no report, fails the test; one still running two
+// minutes past the duration is hung (on the mount, most likely) and is
+// killed.
 func (p *icProcs) wait() icReport {
+	hung := time.AfterFunc(p.d+2*time.Minute, func() {
+		for _, pr := range p.procs {
+			pr.cmd.Process.Kill()
+		}
+	})
+	defer hung.Stop()
 	var all icReport
 	for _, pr := range p.procs {
 		err := pr.cmd.Wait()
