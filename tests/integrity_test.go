@@ -17,8 +17,9 @@ import (
 
 // The integrity tests race readers, writers and listers in separate
 // processes over a mount and check every byte every reader gets: each file
-// carries a header from which all its bytes follow (integrity_clients_test.go),
-// so a reader needs no knowledge of which version it opened. A short read,
+// carries a header from which all its bytes follow
+// (integrity_clients_test.go), so a reader needs no knowledge of which
+// version it opened. A short read,
 // a zeroed or wrong byte, an ENOENT for a name that always exists, an
 // ENOENT or ESTALE from fstat of an open descriptor, an EIO: any one fails
 // the test, with the counts of each kind and the first examples.
@@ -87,9 +88,9 @@ func TestAttrsAfterCommit(t *testing.T) {
 // read back) into their own names and into names they share, a writer
 // renaming over a name without fsync, a writer that unlinks a name and
 // writes it again, ls -l and stat loops, and readers through read(2) and
-// through mmap; the files share chunks. No reader may see a bad byte or lose a name that always
-// exists. CI runs it under -race (the harness builds the daemon with -race
-// then).
+// through mmap; the files share chunks. No reader may see a bad byte or
+// lose a name that always exists. CI runs it under -race (the harness
+// builds the daemon with -race then).
 func TestReadWriteListStress(t *testing.T) {
 	m := newMount(t)
 	d := stressDuration(t, 60*time.Second)
