@@ -162,6 +162,9 @@ func mapFile(path string) ([]byte, error) {
 func runClient(name string, args []string) int {
 	fn, ok := clients[name]
 	if !ok {
+		fn, ok = integrityClients[name]
+	}
+	if !ok {
 		fmt.Fprintln(os.Stderr, "unknown client", name)
 		return 2
 	}
