@@ -43,21 +43,24 @@ type extent struct {
 	loc  blockstore.Loc
 }
 
-// Open opens the committed file at path for reading.
+// Open opens the committed file at path for reading. The path is resolved
+// and the file pinned in one transaction, so a rename over it or a remove
+// either comes before (and the open sees what the name leads to then) or
+// after (and the file stays, as an orphan, while open).
 func (s *Store) Open(path string) (*File, error) {
 	comps, err := splitPath(path)
 	if err != nil {
 		return nil, pathErr("open", path, err)
 	}
-	var ino uint64
-	err = s.db.View(func(tx *manifest.Tx) error {
-		ino, err = walk(tx, comps)
+	var f *File
+	err = s.viewPinning(func(tx *manifest.Tx) error {
+		ino, err := walk(tx, comps)
+		if err != nil {
+			return err
+		}
+		f, err = s.openTx(tx, ino)
 		return err
 	})
-	if err != nil {
-		return nil, pathErr("open", path, err)
-	}
-	f, err := s.openIno(ino)
 	if err != nil {
 		return nil, pathErr("open", path, err)
 	}
@@ -65,48 +68,52 @@ func (s *Store) Open(path string) (*File, error) {
 	return f, nil
 }
 
-// openIno pins an inode and resolves its manifest. The pin is taken inside
-// the transaction that reads the manifest, under the pin lock, so a
-// concurrent release either sees it (and keeps the chunks) or committed
-// before (and the open fails): see Store.pins.
+// openIno pins an inode and resolves its manifest (see openTx).
 func (s *Store) openIno(ino uint64) (*File, error) {
-	f := &File{s: s, ino: ino, path: fmt.Sprintf("inode %d", ino)}
-	err := s.viewPinning(func(tx *manifest.Tx) error {
-		n, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) {
-			return fs.ErrNotExist
-		}
-		if err != nil {
-			return err
-		}
-		if n.IsDir() {
-			return manifest.ErrIsDir
-		}
-		m, err := tx.Manifest(ino)
-		if err != nil {
-			return err
-		}
-		var off int64
-		f.exts = make([]extent, 0, len(m))
-		for _, e := range m {
-			x := extent{off: off, n: e.Len, zero: e.Zero, id: e.ID}
-			if !e.Zero {
-				c, err := tx.Chunk(e.ID)
-				if err != nil {
-					return fmt.Errorf("chunk %s of inode %d: %w", e.ID, ino, err)
-				}
-				x.loc = c.Loc
-			}
-			f.exts = append(f.exts, x)
-			off += e.Len
-		}
-		f.m, f.size = m, off
-		s.pin(ino)
-		return nil
+	var f *File
+	err := s.viewPinning(func(tx *manifest.Tx) (err error) {
+		f, err = s.openTx(tx, ino)
+		return err
 	})
+	return f, err
+}
+
+// openTx pins an inode and resolves its manifest in tx, which must run
+// under the pin lock (viewPinning): a concurrent release then either sees
+// the pin (and keeps the chunks) or committed before tx began (and the
+// open fails); see Store.pins.
+func (s *Store) openTx(tx *manifest.Tx, ino uint64) (*File, error) {
+	f := &File{s: s, ino: ino, path: fmt.Sprintf("inode %d", ino)}
+	n, err := tx.Inode(ino)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return nil, fs.ErrNotExist
+	}
 	if err != nil {
 		return nil, err
 	}
+	if n.IsDir() {
+		return nil, manifest.ErrIsDir
+	}
+	m, err := tx.Manifest(ino)
+	if err != nil {
+		return nil, err
+	}
+	var off int64
+	f.exts = make([]extent, 0, len(m))
+	for _, e := range m {
+		x := extent{off: off, n: e.Len, zero: e.Zero, id: e.ID}
+		if !e.Zero {
+			c, err := tx.Chunk(e.ID)
+			if err != nil {
+				return nil, fmt.Errorf("chunk %s of inode %d: %w", e.ID, ino, err)
+			}
+			x.loc = c.Loc
+		}
+		f.exts = append(f.exts, x)
+		off += e.Len
+	}
+	f.m, f.size = m, off
+	s.pin(ino)
 	return f, nil
 }
 
