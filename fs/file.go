@@ -254,10 +254,6 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.sp != nil {
-		// Being written: readers see the writer's bytes.
-		return &spoolReader{f: f}, fuse.FOPEN_DIRECT_IO, 0
-	}
 	f.vmu.Lock()
 	defer f.vmu.Unlock()
 	if f.cur == nil || f.cur.f.Ino() != f.ino.Load() {
@@ -266,6 +262,11 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	f.readers++
+	if f.sp != nil {
+		// Being written: readers see the writer's bytes, and the
+		// committed version once the writer is done.
+		return &spoolReader{reader{node: f, fsys: f.fsys}}, fuse.FOPEN_DIRECT_IO, 0
+	}
 	var fl uint32
 	if f.cached == f.version {
 		fl = fuse.FOPEN_KEEP_CACHE
@@ -426,18 +427,28 @@ func (r *reader) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// spoolReader reads a file that is being written, from its spool.
-type spoolReader struct{ f *fileNode }
+// spoolReader is a read handle opened while the file was being written: it
+// reads the writer's bytes from the spool while there is one, and then,
+// as any read handle, the node's newest commit, which the node pins (so
+// that the file stays readable when its name goes).
+type spoolReader struct{ reader }
 
 func (r *spoolReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return r.f.readSpool(ctx, dest, off)
+	f := r.node
+	f.mu.Lock()
+	if f.sp != nil {
+		defer f.mu.Unlock()
+		return f.readSpool(dest, off)
+	}
+	f.mu.Unlock()
+	return r.reader.Read(ctx, dest, off)
 }
 
-func (f *fileNode) readSpool(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// readSpool reads the spool; without one (the file was committed and the
+// spool adopted as a pack), the committed version, which the writer holds.
+// Called with f.mu held.
+func (f *fileNode) readSpool(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if f.sp == nil {
-		// Committed and closed meanwhile: read the committed version.
 		sf, err := f.fsys.s.OpenIno(f.ino.Load())
 		if err != nil {
 			return nil, f.fsys.errno("read", err)
@@ -489,7 +500,9 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 func (w *writer) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return w.f.readSpool(ctx, dest, off)
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	return w.f.readSpool(dest, off)
 }
 
 // Flush runs at every close(2) of the handle: the content is committed, so

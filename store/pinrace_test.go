@@ -116,13 +116,16 @@ func testPinRace(t *testing.T, verify bool) {
 // tests/stress_test.go), else a short run.
 func pinRaceDuration(t *testing.T, full time.Duration) time.Duration {
 	v := os.Getenv("KVFS_STRESS")
-	if v == "" {
-		t.Logf("running 3s of %v (set KVFS_STRESS=%v for the full run)", full, full)
+	switch v {
+	case "":
+		t.Logf("running 3s of %v (KVFS_STRESS=full for the full run)", full)
 		return 3 * time.Second
+	case "full":
+		return full
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		t.Fatalf("KVFS_STRESS=%q: want a positive Go duration such as 30s", v)
+		t.Fatalf("KVFS_STRESS=%q: want full or a positive Go duration such as 30s", v)
 	}
 	return d
 }
