@@ -283,12 +283,15 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return res, e
 }
 
+// readAt copies a read. The reply is a vector, which go-fuse writes to the
+// kernel as it is; it would first try (and, for a full request under the
+// default pipe limit, fail and log) to splice a ReadResultData.
 func (r *reader) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := r.f.ReadAt(dest, off)
 	if err != nil && err != io.EOF {
 		return nil, r.fsys.errno("read", err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
 func (r *reader) Release(ctx context.Context) syscall.Errno {

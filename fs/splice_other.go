@@ -15,5 +15,8 @@ func spliceResult(segs []store.Segment, total int) fuse.ReadResult { return nil 
 // canSplice is false: macFUSE has no splice.
 const canSplice = false
 
+// PipeMaxSize is 0: macFUSE has no splice.
+func PipeMaxSize() int { return 0 }
+
 // RaisePipeLimit does nothing where there is no splice.
 func RaisePipeLimit(log *slog.Logger) bool { return false }

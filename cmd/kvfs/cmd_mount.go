@@ -31,6 +31,9 @@ type mountOptions struct {
 	blobGrace  time.Duration
 	cpuProfile string
 	metrics    string
+	// keepPipeLimit leaves fs.pipe-max-size as it is (for tests of
+	// splicing at the kernel's default limit).
+	keepPipeLimit bool
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -47,6 +50,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
+	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
+	fs.MarkHidden("keep-pipe-limit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -90,7 +95,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Splicing 1 MiB replies needs a larger pipe limit, which go-fuse
 	// reads when the process starts: raise it first, and if this process
 	// is the one to serve, start it again to see the new limit.
-	if os.Geteuid() == 0 && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
+	if os.Geteuid() == 0 && !o.keepPipeLimit && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
 		exe, err := os.Executable()
 		if err == nil {
 			return syscall.Exec(exe, os.Args, os.Environ())
@@ -134,6 +139,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		flags = append(flags, "--debug-fuse")
 	}
 	flags = append(flags, "--blob-grace", o.blobGrace.String())
+	if o.keepPipeLimit {
+		flags = append(flags, "--keep-pipe-limit")
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
@@ -217,7 +225,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		}
 		defer stop()
 	}
-	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify)
+	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify,
+		"pipe_max_size", kvfs.PipeMaxSize())
 	ready("ok")
 
 	sigs := make(chan os.Signal, 1)
