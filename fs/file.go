@@ -269,11 +269,14 @@ type reader struct {
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), r.f.Size()-off)
 	r.fsys.Metrics.ReadRequests.Add(1)
-	if segs, ok := r.f.Segments(off, int(n)); ok && r.fsys.splice {
-		if res := spliceResult(segs, int(n)); res != nil {
-			r.fsys.Metrics.SplicedReads.Add(1)
-			r.fsys.Metrics.ReadBytes.Add(n)
-			return res, 0
+	if r.fsys.splice {
+		if segs, ok := r.f.Segments(off, int(n)); ok {
+			// spliceResult takes over segs, whether it splices or not.
+			if res := spliceResult(segs, int(n)); res != nil {
+				r.fsys.Metrics.SplicedReads.Add(1)
+				r.fsys.Metrics.ReadBytes.Add(n)
+				return res, 0
+			}
 		}
 	}
 	res, e := r.readAt(dest, off)

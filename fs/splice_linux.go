@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hanwen/go-fuse/v2/splice"
@@ -77,19 +78,24 @@ func spliceFits(bufs, total, page, maxPipe int) bool {
 
 // spliceResult answers a read of total bytes, mapped to segs, without
 // copying its bytes through this process: one pack range is spliced by
-// go-fuse from the pack file (fuse.ReadResultFd), several are spliced into
-// a pipe of ours, zero runs written into it, and the pipe spliced into the
-// reply. It returns nil when the reply cannot be spliced in full, and the
-// caller copies instead.
-func spliceResult(segs []store.Segment, total int) fuse.ReadResult {
+// go-fuse from the pack file (fdResult), several are spliced into a pipe
+// of ours, zero runs written into it, and the pipe spliced into the reply.
+// It takes over segs: they are released when the reply has been sent, or
+// before it returns nil, when the reply cannot be spliced in full; the
+// caller then copies.
+func spliceResult(segs *store.Segments, total int) fuse.ReadResult {
 	page := os.Getpagesize()
-	bufs := pipeBuffers(segs, page)
-	if len(segs) == 0 || !spliceFits(bufs, total, page, splice.MaxPipeSize()) {
+	bufs := pipeBuffers(segs.List, page)
+	if len(segs.List) == 0 || !spliceFits(bufs, total, page, splice.MaxPipeSize()) {
+		segs.Release()
 		return nil
 	}
-	if s := segs[0]; len(segs) == 1 && s.Fd != nil {
-		return fuse.ReadResultFd(s.Fd.Fd(), s.Off, s.Len)
+	if s := segs.List[0]; len(segs.List) == 1 && s.Fd != nil {
+		return &fdResult{segs: segs, fd: s.Fd.Fd(), off: s.Off, n: s.Len}
 	}
+	// The pipe holds references to the pages spliced into it: the packs'
+	// descriptors are not needed once it is filled.
+	defer segs.Release()
 	pair, err := splice.Get()
 	if err != nil {
 		return nil
@@ -98,7 +104,7 @@ func spliceResult(segs []store.Segment, total int) fuse.ReadResult {
 		splice.Done(pair)
 		return nil
 	}
-	for _, s := range segs {
+	for _, s := range segs.List {
 		if !fillPipe(pair, s) {
 			splice.Drop(pair) // holds partial data: never reuse it
 			return nil
@@ -127,6 +133,52 @@ func fillPipe(pair *splice.Pair, s store.Segment) bool {
 	}
 	return true
 }
+
+// fdResult is a reply of one pack range, which go-fuse splices from the
+// pack file into its pipe after Read has returned. It holds the pack's
+// descriptor until go-fuse calls Done, once the reply is sent, so that the
+// descriptor cannot be closed, and its number reused for another file,
+// while go-fuse uses it. go-fuse finds it splicable by its Seekable
+// method; where it does not splice, it copies through Bytes.
+type fdResult struct {
+	segs *store.Segments
+	fd   uintptr
+	off  int64
+	n    int
+}
+
+// Seekable is the range go-fuse splices.
+func (r *fdResult) Seekable() (fd uintptr, off int64, sz int) { return r.fd, r.off, r.n }
+
+// Size is the reply's length.
+func (r *fdResult) Size() int { return r.n }
+
+// Bytes reads the whole range into buf (or a larger buffer), for a reply
+// that is not spliced. A pack that ends before the range is EIO, never a
+// short reply.
+func (r *fdResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if cap(buf) < r.n {
+		buf = make([]byte, r.n)
+	}
+	buf = buf[:r.n]
+	for done := 0; done < r.n; {
+		k, err := syscall.Pread(int(r.fd), buf[done:], r.off+int64(done))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fuse.ToStatus(err)
+		}
+		if k == 0 {
+			return nil, fuse.EIO
+		}
+		done += k
+	}
+	return buf, fuse.OK
+}
+
+// Done releases the pack's descriptor.
+func (r *fdResult) Done() { r.segs.Release() }
 
 const pipeMaxSize = "/proc/sys/fs/pipe-max-size"
 

@@ -139,7 +139,7 @@ func TestSpliceMatchesKernel(t *testing.T) {
 			left -= n
 		}
 		fits := spliceFits(pipeBuffers(segs, page), total, page, 1<<30)
-		res := spliceResult(segs, total)
+		res := spliceResult(&store.Segments{List: segs}, total)
 		if fits != (res != nil) {
 			t.Fatalf("layout %v: spliceFits %v but spliceResult %v", segs, fits, res != nil)
 		}

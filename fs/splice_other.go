@@ -10,7 +10,10 @@ import (
 )
 
 // spliceResult: macFUSE has no splice; reads are copied.
-func spliceResult(segs []store.Segment, total int) fuse.ReadResult { return nil }
+func spliceResult(segs *store.Segments, total int) fuse.ReadResult {
+	segs.Release()
+	return nil
+}
 
 // canSplice is false: macFUSE has no splice.
 const canSplice = false

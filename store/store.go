@@ -36,6 +36,10 @@ type Options struct {
 	// LockTimeout bounds the wait for another process's lock on the
 	// store; 0 means one second.
 	LockTimeout time.Duration
+	// MaxOpenPacks bounds the read descriptors kept open for packs (an
+	// LRU of idle ones; those in use are never closed); 0 means
+	// blockstore.DefaultMaxOpen.
+	MaxOpenPacks int
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -115,7 +119,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	packs, err := blockstore.Open(filepath.Join(dir, "packs"))
+	packs, err := blockstore.OpenWith(filepath.Join(dir, "packs"), blockstore.Options{MaxOpen: opts.MaxOpenPacks})
 	if err != nil {
 		db.Close()
 		return nil, err

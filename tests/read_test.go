@@ -526,3 +526,110 @@ func daemonLog(m *mount) string {
 	b, _ := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
 	return strings.TrimSpace(string(b))
 }
+
+// TestManyPacksBoundedFds: a store of more packs than the daemon may keep
+// open (every mostly-new file becomes a pack of its own), read by several
+// processes at once. Every byte must be right, and the daemon's pack
+// descriptors, counted in /proc/PID/fd, must stay near the cap: at most the
+// cap idle plus those of the replies in flight, and at most the cap once
+// the readers are done.
+func TestManyPacksBoundedFds(t *testing.T) {
+	const files, maxOpen, readers = 200, 16, 6
+	// Replies in flight hold their packs' descriptors beyond the cap: the
+	// kernel sends at most a few dozen read requests at once.
+	const inFlight = 48
+	args := []string{"--max-open-packs", fmt.Sprint(maxOpen)}
+	m := newMount(t, args...)
+	src := t.TempDir()
+	r := rand.New(rand.NewPCG(8, 9))
+	var p readPlan
+	for i := 0; i < files; i++ {
+		name := fmt.Sprintf("p%03d", i)
+		size := 20_000 + r.IntN(200_000)
+		if err := os.WriteFile(filepath.Join(src, name), randBytes(size, uint64(1000+i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p.Files = append(p.Files, planFile{Mounted: m.path(name), Local: filepath.Join(src, name)})
+		p.Reads = append(p.Reads, planRead{File: i, N: size + 1})
+	}
+	sh(t, fmt.Sprintf("cp %s/* %s", src, m.mnt))
+	remount(t, m, args...)
+	if n := len(packFiles(t, m)); n < files {
+		t.Fatalf("the store has %d packs; the test needs one per file (%d)", n, files)
+	}
+	pid := daemonPID(t, m)
+	stop := make(chan struct{})
+	peak := make(chan int)
+	go func() {
+		most := 0
+		for {
+			most = max(most, packFds(t, pid, m))
+			select {
+			case <-stop:
+				peak <- most
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	errs := make(chan error, readers)
+	for k := 0; k < readers; k++ {
+		plan := p
+		plan.Reads = append([]planRead(nil), p.Reads...)
+		r.Shuffle(len(plan.Reads), func(i, j int) { plan.Reads[i], plan.Reads[j] = plan.Reads[j], plan.Reads[i] })
+		for i := range plan.Reads {
+			plan.Reads[i].Direct = k%2 == 1
+		}
+		go func() {
+			out, err := runReadPlan(t, plan)
+			if err != nil {
+				err = fmt.Errorf("%v\n%s", err, out)
+			}
+			errs <- err
+		}()
+	}
+	for k := 0; k < readers; k++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	most := <-peak
+	after := packFds(t, pid, m)
+	t.Logf("%d packs, cap %d: at most %d pack descriptors open while %d processes read, %d after", files, maxOpen, most, readers, after)
+	if most > maxOpen+inFlight {
+		t.Errorf("the daemon had %d pack descriptors open; cap %d, plus at most %d in flight", most, maxOpen, inFlight)
+	}
+	if after > maxOpen {
+		t.Errorf("the daemon keeps %d pack descriptors open when no one reads; cap %d", after, maxOpen)
+	}
+}
+
+// packFiles lists the store's pack files.
+func packFiles(t testing.TB, m *mount) []string {
+	t.Helper()
+	packs, err := filepath.Glob(filepath.Join(m.store, "packs", "*.pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return packs
+}
+
+// packFds counts the descriptors of process pid that are open on m's pack
+// files.
+func packFds(t testing.TB, pid int, m *mount) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Errorf("list the daemon's descriptors: %v", err)
+		return 0
+	}
+	prefix := filepath.Join(m.store, "packs") + "/"
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
