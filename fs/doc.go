@@ -17,7 +17,10 @@
 // itself, or from Server.Invalidate for changes made through the control
 // socket. Reads are spliced from the pack files where the kernel allows
 // (one chunk: the pack range itself; several: a pipe), and copied
-// otherwise.
+// otherwise. A reply must carry every byte asked for (a short one is end
+// of file to the kernel), so a read is spliced only when its pipe buffers
+// provably fit (splice_linux.go), and the pack descriptors it splices
+// from are held until go-fuse has sent the reply.
 //
 // The root also holds a virtual, read-only /.kvfs tree (ctl.go): stats,
 // and whole/, where blocks-layout snapshots appear resolved into the whole

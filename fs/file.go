@@ -390,11 +390,14 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), sf.Size()-off)
 	r.fsys.Metrics.ReadRequests.Add(1)
-	if segs, ok := sf.Segments(off, int(n)); ok && r.fsys.splice {
-		if res := spliceResult(segs, int(n)); res != nil {
-			r.fsys.Metrics.SplicedReads.Add(1)
-			r.fsys.Metrics.ReadBytes.Add(n)
-			return res, 0
+	if r.fsys.splice {
+		if segs, ok := sf.Segments(off, int(n)); ok {
+			// spliceResult takes over segs, whether it splices or not.
+			if res := spliceResult(segs, int(n)); res != nil {
+				r.fsys.Metrics.SplicedReads.Add(1)
+				r.fsys.Metrics.ReadBytes.Add(n)
+				return res, 0
+			}
 		}
 	}
 	res, e := r.readAt(sf, dest, off)
@@ -404,12 +407,15 @@ func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, 
 	return res, e
 }
 
+// readAt copies a read. The reply is a vector, which go-fuse writes to the
+// kernel as it is; it would first try (and, for a full request under the
+// default pipe limit, fail and log) to splice a ReadResultData.
 func (r *reader) readAt(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := sf.ReadAt(dest, off)
 	if err != nil && err != io.EOF {
 		return nil, r.fsys.errno("read", err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
 func (r *reader) Release(ctx context.Context) syscall.Errno {

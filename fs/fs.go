@@ -32,8 +32,9 @@ type FS struct {
 	log   *slog.Logger
 	spool string    // directory of spool files
 	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
-	// splice says replies may be spliced: the pipe size limit admits a
-	// whole request plus its header (see RaisePipeLimit).
+	// splice says replies may be spliced: the kernel lets pipes grow.
+	// Each reply is spliced only if it fits the pipe size limit (see
+	// spliceResult and RaisePipeLimit).
 	splice bool
 	// Metrics counts the filesystem's work, for --metrics.
 	Metrics Metrics

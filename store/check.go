@@ -199,14 +199,15 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 				bad("chunks %s and %s overlap in pack %d", chunks[i-1].id, ci.id, loc.Pack)
 			}
 		}
-		f, err := s.packs.File(loc.Pack)
+		pf, err := s.packs.Acquire(loc.Pack)
 		if err != nil {
 			bad("chunk %s: %v", ci.id, err)
 			continue
 		}
-		if hole, err := nextHole(f, loc.Off); err == nil && hole < loc.End() {
+		if hole, err := nextHole(pf.File(), loc.Off); err == nil && hole < loc.End() {
 			bad("chunk %s at pack %d [%d,+%d) is punched at %d", ci.id, loc.Pack, loc.Off, loc.Len, hole)
 		}
+		pf.Release()
 		if opts.Verify {
 			if int64(cap(buf)) < loc.Len {
 				buf = make([]byte, loc.Len)

@@ -224,22 +224,62 @@ func (s *Store) unpin(ino uint64) error {
 }
 
 // Segment is one run of a file's bytes: Len bytes at Off of a pack file
-// (Fd, the store's shared descriptor: do not close it, and do not use it
-// after the file is closed), or Len zeros (Fd nil).
+// (Fd, valid until the Segments holding it are released; do not close
+// it), or Len zeros (Fd nil).
 type Segment struct {
 	Fd  *os.File
 	Off int64
 	Len int
 }
 
+// Segments is a range of a file mapped to pack ranges and zero runs. It
+// holds the descriptors of the packs it names open until Release, so that
+// bytes can be moved from them (spliced) after the call that mapped them
+// has returned.
+type Segments struct {
+	List  []Segment
+	packs []*blockstore.PackFile // held, one per pack in List
+}
+
+// Release gives back the pack descriptors; the Fds of List must not be
+// used afterwards. Releasing nil or twice does nothing.
+func (s *Segments) Release() {
+	if s == nil {
+		return
+	}
+	for _, pf := range s.packs {
+		pf.Release()
+	}
+	s.packs = nil
+}
+
+// acquire returns the held descriptor of pack, acquiring it the first
+// time.
+func (s *Segments) acquire(d *blockstore.Dir, pack uint32) (*os.File, error) {
+	for _, pf := range s.packs {
+		if pf.Pack() == pack {
+			return pf.File(), nil
+		}
+	}
+	pf, err := d.Acquire(pack)
+	if err != nil {
+		return nil, err
+	}
+	s.packs = append(s.packs, pf)
+	return pf.File(), nil
+}
+
 // Segments maps [off, off+n) (clipped to the file) to pack ranges and zero
-// runs, for callers that move bytes without copying them (splice). ok is
-// false when the store or the file verifies reads: then bytes must go
-// through ReadAt, which checks them.
-func (f *File) Segments(off int64, n int) (segs []Segment, ok bool) {
+// runs, for callers that move bytes without copying them (splice); the
+// caller must Release them. ok is false when the store or the file
+// verifies reads (then bytes must go through ReadAt, which checks them),
+// when the range is empty, or when a pack cannot be opened (ReadAt then
+// reports why).
+func (f *File) Segments(off int64, n int) (segs *Segments, ok bool) {
 	if f.s.verify || f.verify || off < 0 || off >= f.size || n <= 0 {
 		return nil, false
 	}
+	segs = &Segments{}
 	end := min(off+int64(n), f.size)
 	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
 	for ; off < end; i++ {
@@ -247,16 +287,18 @@ func (f *File) Segments(off int64, n int) (segs []Segment, ok bool) {
 		k := min(end, e.off+e.n) - off
 		s := Segment{Len: int(k)}
 		if !e.zero {
-			pf, err := f.s.packs.File(e.loc.Pack)
+			fd, err := segs.acquire(f.s.packs, e.loc.Pack)
 			if err != nil {
+				segs.Release()
 				return nil, false
 			}
-			s.Fd, s.Off = pf, e.loc.Off+off-e.off
+			s.Fd, s.Off = fd, e.loc.Off+off-e.off
 		}
-		if last := len(segs) - 1; last >= 0 && segs[last].Fd == s.Fd && (s.Fd == nil || segs[last].Off+int64(segs[last].Len) == s.Off) {
-			segs[last].Len += s.Len // contiguous in the pack, or zeros after zeros
+		l := segs.List
+		if last := len(l) - 1; last >= 0 && l[last].Fd == s.Fd && (s.Fd == nil || l[last].Off+int64(l[last].Len) == s.Off) {
+			l[last].Len += s.Len // contiguous in the pack, or zeros after zeros
 		} else {
-			segs = append(segs, s)
+			segs.List = append(l, s)
 		}
 		off += k
 	}

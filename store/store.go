@@ -41,6 +41,10 @@ type Options struct {
 	// removals on a full disk (see reserve.go); 0 means 1/64 of the
 	// filesystem, at least 64 KiB and at most 64 MiB.
 	Reserve int64
+	// MaxOpenPacks bounds the read descriptors kept open for packs (an
+	// LRU of idle ones; those in use are never closed); 0 means
+	// blockstore.DefaultMaxOpen.
+	MaxOpenPacks int
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -136,7 +140,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	packs, err := blockstore.Open(filepath.Join(dir, "packs"))
+	packs, err := blockstore.OpenWith(filepath.Join(dir, "packs"), blockstore.Options{MaxOpen: opts.MaxOpenPacks})
 	if err != nil {
 		db.Close()
 		return nil, err

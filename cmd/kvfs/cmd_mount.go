@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvfs/kvfs/blockstore"
 	kvfs "github.com/kvfs/kvfs/fs"
 	"github.com/kvfs/kvfs/store"
 )
@@ -31,6 +32,11 @@ type mountOptions struct {
 	blobGrace  time.Duration
 	cpuProfile string
 	metrics    string
+	// maxOpenPacks bounds the pack descriptors the daemon keeps open.
+	maxOpenPacks int
+	// keepPipeLimit leaves fs.pipe-max-size as it is (for tests of
+	// splicing at the kernel's default limit).
+	keepPipeLimit bool
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,13 +51,19 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
+	fs.IntVar(&o.maxOpenPacks, "max-open-packs", blockstore.DefaultMaxOpen, "how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
+	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
+	fs.MarkHidden("keep-pipe-limit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
 		return usagef("want STORE MOUNTPOINT")
+	}
+	if o.maxOpenPacks < 1 {
+		return usagef("--max-open-packs: want at least 1, not %d", o.maxOpenPacks)
 	}
 	allowOther := false
 	for _, opt := range strings.Split(o.options, ",") {
@@ -90,7 +102,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Splicing 1 MiB replies needs a larger pipe limit, which go-fuse
 	// reads when the process starts: raise it first, and if this process
 	// is the one to serve, start it again to see the new limit.
-	if os.Geteuid() == 0 && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
+	if os.Geteuid() == 0 && !o.keepPipeLimit && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
 		exe, err := os.Executable()
 		if err == nil {
 			return syscall.Exec(exe, os.Args, os.Environ())
@@ -133,7 +145,10 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.debugFUSE {
 		flags = append(flags, "--debug-fuse")
 	}
-	flags = append(flags, "--blob-grace", o.blobGrace.String())
+	flags = append(flags, "--blob-grace", o.blobGrace.String(), "--max-open-packs", fmt.Sprint(o.maxOpenPacks))
+	if o.keepPipeLimit {
+		flags = append(flags, "--keep-pipe-limit")
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
@@ -190,7 +205,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
 	if err != nil {
 		return fail(err)
 	}
@@ -217,7 +232,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		}
 		defer stop()
 	}
-	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify)
+	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify,
+		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize())
 	ready("ok")
 
 	sigs := make(chan os.Signal, 1)
