@@ -143,6 +143,11 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	f := ch.Operations().(*fileNode)
 	h, e := f.openWriter(ctx, true)
 	if e != 0 {
+		// The caller gets an error, so no name may stay behind (an
+		// empty file nobody asked for, in the way of the retry).
+		if err := d.fsys.s.Uncreate(d.ino.Load(), name, fi.Ino); err != nil {
+			d.fsys.log.Error("create failed and its name could not be removed", "name", name, "err", err)
+		}
 		return nil, nil, 0, e
 	}
 	return ch, h, 0, 0

@@ -13,8 +13,13 @@ import (
 )
 
 // errno maps an error from the store to the errno a FUSE call returns,
-// and counts it by errno for the metrics.
+// and counts it by errno for the metrics. The first EMFILE and ENFILE are
+// logged with the descriptor limit (fsys.fds); later ones are only
+// counted, so a daemon out of descriptors does not flood its log.
 func (fsys *FS) errno(op string, err error) syscall.Errno {
+	if fsys.fds != nil {
+		fsys.fds.Note(err)
+	}
 	e := mapErrno(fsys.log, op, err)
 	if e != 0 {
 		fsys.Metrics.countError(e)

@@ -110,19 +110,21 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	return 0
 }
 
-// truncate sets the file's size: in the spool when it is being written,
-// otherwise as a new version committed at once.
+// truncate sets the file's size: in the spool when it is open for
+// writing (the O_TRUNC of an open arrives here, after the open), committed
+// at the writer's close or fsync; otherwise as a new version committed at
+// once.
 func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 	f.mu.Lock()
 	defer f.unlock()
-	temp := f.sp == nil
+	temp := f.writers == 0
 	if temp {
 		if e := f.hold(); e != 0 {
 			return e
 		}
-		if f.writers == 0 {
-			defer f.unhold()
-		}
+		defer f.unhold()
+	}
+	if f.sp == nil {
 		if e := f.startSpool(ctx, size == 0); e != 0 {
 			return e
 		}
@@ -135,9 +137,7 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 		return 0
 	}
 	e := f.commitLocked(ctx)
-	if f.writers == 0 {
-		f.dropSpool()
-	}
+	f.dropSpool()
 	return e
 }
 
@@ -292,27 +292,29 @@ func (f *fileNode) serveLocked(ino uint64) syscall.Errno {
 	return 0
 }
 
-// openWriter returns a write handle on the file's spool, starting it if
-// needed.
+// openWriter returns a write handle on the file. The spool starts with
+// the first write or truncate (Write, truncate), not here: the kernel opens
+// an existing file without O_TRUNC and sends the truncation afterwards, so
+// starting here would copy the whole committed content into the spool
+// only to cut it off, reading (and opening) its packs for every rewrite.
+// A new file (trunc, from Create) starts its empty spool at once.
 func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall.Errno) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.hold(); e != 0 {
 		return nil, e
 	}
-	if f.sp == nil {
-		if e := f.startSpool(ctx, trunc); e != 0 {
+	if f.sp == nil && trunc {
+		if e := f.startSpool(ctx, true); e != 0 {
 			if f.writers == 0 {
 				f.unhold()
 			}
 			return nil, e
 		}
-		if trunc {
-			// Truncating a non-empty file is a change to commit; a new
-			// (empty) file is committed already.
-			fi, err := f.fsys.s.StatIno(f.ino.Load())
-			f.sp.dirty = err != nil || fi.Size > 0
-		}
+		// Truncating a non-empty file is a change to commit; a new
+		// (empty) file is committed already.
+		fi, err := f.fsys.s.StatIno(f.ino.Load())
+		f.sp.dirty = err != nil || fi.Size > 0
 	} else if trunc && f.sp.size > 0 {
 		if err := f.sp.f.Truncate(0); err != nil {
 			return nil, f.fsys.errno("truncate", err)

@@ -11,6 +11,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/internal/fdlimit"
 	"github.com/kvfs/kvfs/store"
 )
 
@@ -38,6 +39,8 @@ type FS struct {
 	splice bool
 	// Metrics counts the filesystem's work, for --metrics.
 	Metrics Metrics
+	// fds logs running out of descriptors, once per kind.
+	fds *fdlimit.Reporter
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the
@@ -79,7 +82,8 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = time.Hour
 	}
-	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool")}
+	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
+		fds: fdlimit.NewReporter(opts.Logger, "filesystem")}
 	fsys.splice = canSplice
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)

@@ -26,7 +26,9 @@ type CheckOptions struct {
 //   - every chunk lies inside its pack's committed length, in a range that
 //     is not punched out, and no two chunks overlap;
 //   - each pack's file is exactly its committed length (no ingest may be in
-//     flight while Check runs);
+//     flight while Check runs), and its live chunks and dead bytes add up
+//     to that length (dead packs are removed by their dead count, so it
+//     must never exceed what is really dead);
 //   - every name points at an existing inode, every inode but the root and
 //     the orphans has exactly one name, which its own Parent and Name give
 //     byte for byte, and every file's manifest adds up to its size.
@@ -145,8 +147,10 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 		if err != nil {
 			return err
 		}
+		live := map[uint32]int64{}
 		err = tx.ForEachChunk(func(id blockstore.ID, c manifest.Chunk) error {
 			chunks = append(chunks, chunkInfo{id, c})
+			live[c.Loc.Pack] += c.Loc.Len
 			if c.Refs == 0 {
 				bad("chunk %s has refcount 0", id)
 			}
@@ -175,6 +179,9 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 				bad("pack %s is missing", s.packs.Path(pack))
 			} else if ok && size != p.Committed {
 				bad("pack %s is %d bytes, committed length %d", s.packs.Path(pack), size, p.Committed)
+			}
+			if live[pack]+p.Dead != p.Committed {
+				bad("pack %s: %d live and %d dead bytes, committed length %d", s.packs.Path(pack), live[pack], p.Dead, p.Committed)
 			}
 		}
 		for pack := range onDisk {

@@ -112,6 +112,11 @@ func (in *ingest) finish(err error) {
 		s.mu.Lock()
 		delete(s.held, a.pack)
 		s.mu.Unlock()
+		if err == nil {
+			// Dead already if a concurrent ingest stored all of its new
+			// chunks first.
+			s.dropDeadPacks([]uint32{a.pack})
+		}
 	}
 	for _, p := range in.slots {
 		if err != nil && p.app.Size() != p.committed {
@@ -126,17 +131,31 @@ func (in *ingest) finish(err error) {
 			continue
 		}
 		s.mu.Lock()
-		s.idle = append(s.idle, p)
+		keep := len(s.idle) < maxIdlePacks
+		if keep {
+			s.idle = append(s.idle, p)
+		}
 		s.mu.Unlock()
+		if !keep {
+			s.release(p)
+		}
 	}
 	in.slots = nil
 }
 
+// maxIdlePacks bounds the idle pool: each idle pack keeps a descriptor
+// open, and the pool would otherwise grow to the largest number of
+// ingests that ever ran at once. A pack released from the pool is found
+// again by takePack through the index, by its committed length.
+const maxIdlePacks = 4
+
 // release closes a pack's appender and lets takePack hand it out again
-// (by its committed length in the index).
+// (by its committed length in the index), or removes it if nothing in it
+// is live.
 func (s *Store) release(p *packSlot) {
 	p.app.Close()
 	s.mu.Lock()
 	delete(s.held, p.app.Pack())
 	s.mu.Unlock()
+	s.dropDeadPacks([]uint32{p.app.Pack()})
 }

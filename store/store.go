@@ -208,8 +208,22 @@ func (s *Store) recover() error {
 	}); err != nil {
 		return err
 	}
+	var dead []uint32
 	for pack, size := range onDisk {
-		committed := states[pack].Committed
+		st, ok := states[pack]
+		if !ok {
+			// Its record went and the daemon stopped before the file
+			// did (dropDeadPacks): nothing refers to it.
+			s.log.Info("recover: removing a pack that the index dropped", "pack", s.packs.Path(pack))
+			if err := s.packs.Remove(pack); err != nil {
+				return err
+			}
+			continue
+		}
+		if isDead(st) {
+			dead = append(dead, pack)
+		}
+		committed := st.Committed
 		if size > committed {
 			s.log.Info("recover: cutting uncommitted pack tail", "pack", s.packs.Path(pack), "size", size, "committed", committed)
 			if err := s.packs.Truncate(pack, committed); err != nil {
@@ -217,6 +231,9 @@ func (s *Store) recover() error {
 			}
 		}
 	}
+	// Packs whose last chunk was released just before a crash, or by a
+	// version that did not remove dead packs.
+	s.dropDeadPacks(dead)
 	// The spool goes before the orphans: it frees space that their
 	// release may need on a full disk.
 	spool := filepath.Join(s.dir, "spool")
@@ -317,22 +334,32 @@ func (s *Store) releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.L
 	return freed, nil
 }
 
-// punch frees the space of released chunks. It runs after their release
-// has committed; a failure only leaves dead bytes, which are logged. (A
-// punch can need a block to split an extent: on a full disk, the reserve
-// is given up for it.) Then, with room made, the reserve is made again if
-// it was given up.
+// punch frees the space of released chunks: a pack left with nothing live
+// is removed whole (dropDeadPacks), the others have the chunks punched out.
+// It runs after their release has committed; a failure only leaves dead
+// bytes, which are logged. (A punch can need a block to split an extent:
+// on a full disk, the reserve is given up for it.) Then, with room made,
+// the reserve is made again if it was given up.
 func (s *Store) punch(freed []blockstore.Loc) {
 	byPack := map[uint32][]blockstore.Loc{}
+	var packs []uint32
 	for _, l := range freed {
+		if _, ok := byPack[l.Pack]; !ok {
+			packs = append(packs, l.Pack)
+		}
 		byPack[l.Pack] = append(byPack[l.Pack], l)
 	}
+	gone := s.dropDeadPacks(packs)
 	for pack, locs := range byPack {
+		if gone[pack] {
+			continue
+		}
 		err := s.packs.Punch(pack, locs)
 		if errors.Is(err, syscall.ENOSPC) && s.reserve.release("punch", err) {
 			err = s.packs.Punch(pack, locs)
 		}
-		if err != nil {
+		// A pack gone meanwhile was emptied by a concurrent release.
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("punch released chunks", "err", err)
 		}
 	}

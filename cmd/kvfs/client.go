@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -32,13 +33,23 @@ type storeClient interface {
 const socketName = "kvfs.sock"
 
 // connect talks to the daemon that holds dir, if there is one, and opens
-// the store itself otherwise.
-func connect(dir string) (storeClient, error) {
+// the store itself otherwise. A socket that takes the connection but does
+// not answer in time is a daemon that is stuck (out of descriptors, it
+// cannot take the connection off the backlog): that is an error naming
+// the socket, not a reason to try the store, which the daemon holds.
+func connect(dir string) (storeClient, error) { return connectWith(dir, defaultSocketTimeouts()) }
+
+// connectWith is connect with the socket's timeouts.
+func connectWith(dir string, to socketTimeouts) (storeClient, error) {
 	sock := filepath.Join(dir, socketName)
 	if _, err := os.Stat(sock); err == nil {
-		c := newSocketClient(sock)
-		if c.ping() == nil {
+		c := newSocketClient(sock, to)
+		err := c.ping()
+		if err == nil {
 			return c, nil
+		}
+		if isTimeout(err) {
+			return nil, err
 		}
 	}
 	s, err := store.Open(dir, store.Options{})
@@ -69,13 +80,76 @@ type readCloser struct {
 	io.Closer
 }
 
-// unixTransport dials the control socket whatever the URL's host.
-func unixTransport(sock string) *http.Transport {
+// socketTimeouts bound the client's waits on the daemon. There is no
+// total timeout: a get of a large file streams for long, and a put waits
+// while the daemon ingests, which sends "102 Processing" meanwhile (see
+// controlServer.slow). What must not happen is a wait with nothing moving.
+type socketTimeouts struct {
+	Dial time.Duration // to connect
+	Idle time.Duration // with no byte moving either way
+}
+
+// defaultSocketTimeouts are the CLI's: the daemon answers every few
+// seconds while it works, so half a minute of silence means it is stuck.
+func defaultSocketTimeouts() socketTimeouts {
+	return socketTimeouts{Dial: 5 * time.Second, Idle: 30 * time.Second}
+}
+
+// unixTransport dials the control socket whatever the URL's host. Each
+// request has its own connection: a pooled one would carry the idle
+// deadline of its last use into the next request.
+func unixTransport(sock string, to socketTimeouts) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			d := net.Dialer{Timeout: to.Dial}
+			c, err := d.DialContext(ctx, "unix", sock)
+			if err != nil {
+				return nil, err
+			}
+			return newIdleConn(c, to.Idle), nil
 		},
-		IdleConnTimeout: 10 * time.Second,
+		DisableKeepAlives: true,
 	}
+}
+
+// idleConn fails a read or write after idle with no progress in either
+// direction: bytes going out (a request body being sent) keep a pending
+// read waiting for the answer alive, and bytes coming in keep a write.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func newIdleConn(c net.Conn, idle time.Duration) *idleConn {
+	ic := &idleConn{Conn: c, idle: idle}
+	ic.touch()
+	return ic
+}
+
+// touch moves both deadlines to idle from now; deadlines apply to pending
+// calls too.
+func (c *idleConn) touch() { c.Conn.SetDeadline(time.Now().Add(c.idle)) }
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	c.touch()
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.touch()
+	}
+	return n, err
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.touch()
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.touch()
+	}
+	return n, err
+}
+
+// isTimeout reports a deadline that ran out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

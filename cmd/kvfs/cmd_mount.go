@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvfs/kvfs/blockstore"
 	kvfs "github.com/kvfs/kvfs/fs"
+	"github.com/kvfs/kvfs/internal/fdlimit"
 	"github.com/kvfs/kvfs/store"
 )
 
@@ -205,6 +206,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	logFileLimit(log)
 	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
 	if err != nil {
 		return fail(err)
@@ -263,6 +265,20 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 			}
 		}
 	}
+}
+
+// logFileLimit logs the daemon's descriptor limit at start, for whoever
+// reads the log after an EMFILE. Go raises the soft RLIMIT_NOFILE to the
+// hard limit (less one) when the process starts (since Go 1.19), so there
+// is nothing to raise here: a daemon needing more needs a higher hard
+// limit (LimitNOFILE= in the systemd unit, ulimit -Hn).
+func logFileLimit(log *slog.Logger) {
+	lim, err := fdlimit.Current()
+	if err != nil {
+		log.Warn("cannot read the descriptor limit", "err", err)
+		return
+	}
+	log.Info("file descriptors", "nofile_soft", lim.Soft, "nofile_hard", lim.Hard, "open_fds", fdlimit.Open())
 }
 
 func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -10,12 +10,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/internal/fdlimit"
 	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/store"
 )
@@ -47,56 +52,78 @@ type controlServer struct {
 	log    *slog.Logger
 	srv    *http.Server
 	ln     net.Listener
+	// fds logs running out of descriptors (in accept or a handler) once
+	// per kind, with the limit.
+	fds *fdlimit.Reporter
 }
+
+// Server-side timeouts. None bounds a whole request: a get streams a large
+// file for as long as the client reads it, a put ingests for as long as
+// the file takes. What is bounded is silence: a request whose headers do
+// not arrive, a body or a reader that stops moving, an idle connection.
+const (
+	ctlHeaderTimeout = 10 * time.Second
+	ctlIdleTimeout   = time.Minute
+	// ctlStallTimeout is how long one read of a request body or one write
+	// of a reply may wait for the peer.
+	ctlStallTimeout = time.Minute
+	// ctlProcessingEvery is how often a long request tells the client it
+	// is still being worked on ("102 Processing"), well inside the
+	// client's idle timeout.
+	ctlProcessingEvery = 5 * time.Second
+)
 
 func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*controlServer, error) {
 	sock := filepath.Join(s.Dir(), socketName)
 	os.Remove(sock) // left by a daemon that died; we hold the store lock
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, fmt.Errorf("control socket %s: %w", sock, err)
 	}
 	os.Chmod(sock, 0o600)
-	c := &controlServer{s: s, notify: notify, log: log, ln: ln}
+	c := &controlServer{s: s, notify: notify, log: log, fds: fdlimit.NewReporter(log, "control socket "+sock)}
+	c.ln = &patientListener{Listener: ln, fds: c.fds}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
-		st, err := s.Stats()
-		c.reply(w, st, err)
-	})
-	mux.HandleFunc("GET /v1/stat", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/stats", c.slow(func(r *http.Request) (any, error) { return s.Stats() }))
+	mux.HandleFunc("GET /v1/stat", c.slow(func(r *http.Request) (any, error) {
 		fi, err := s.Stat(r.URL.Query().Get("path"))
-		c.reply(w, toWire(fi), err)
-	})
-	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
+		return toWire(fi), err
+	}))
+	mux.HandleFunc("GET /v1/list", c.slow(func(r *http.Request) (any, error) {
 		ents, err := s.List(r.URL.Query().Get("path"))
 		out := make([]*wireInfo, len(ents))
 		for i, e := range ents {
 			out[i] = toWire(e)
 		}
-		c.reply(w, out, err)
-	})
+		return out, err
+	}))
 	mux.HandleFunc("PUT /v1/file", c.put)
 	mux.HandleFunc("GET /v1/file", c.get)
-	mux.HandleFunc("DELETE /v1/file", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE /v1/file", c.slow(func(r *http.Request) (any, error) {
 		p := r.URL.Query().Get("path")
 		err := s.Remove(p)
 		if err == nil {
 			c.notify.Invalidate(p)
 		}
-		c.reply(w, struct{}{}, err)
-	})
-	mux.HandleFunc("POST /v1/rename", func(w http.ResponseWriter, r *http.Request) {
+		return struct{}{}, err
+	}))
+	mux.HandleFunc("POST /v1/rename", c.slow(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		err := s.Rename(q.Get("from"), q.Get("to"))
 		if err == nil {
 			c.notify.Invalidate(q.Get("from"))
 			c.notify.Invalidate(q.Get("to"))
 		}
-		c.reply(w, struct{}{}, err)
-	})
-	c.srv = &http.Server{Handler: mux}
-	go c.srv.Serve(ln)
+		return struct{}{}, err
+	}))
+	c.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: ctlHeaderTimeout,
+		IdleTimeout:       ctlIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go c.srv.Serve(c.ln)
 	return c, nil
 }
 
@@ -106,25 +133,121 @@ func (c *controlServer) close() {
 	os.Remove(filepath.Join(c.s.Dir(), socketName))
 }
 
-// put spools the request body and ingests it.
+// patientListener keeps accepting through a shortage of descriptors. While
+// the daemon is out of them accept4 fails with EMFILE at once, again and
+// again, and the connection waits in the backlog; http.Server would retry
+// and log every time. It backs off instead (5 ms doubling to 1 s), logs
+// the first failure of each kind with the limit, and only returns other
+// errors.
+type patientListener struct {
+	net.Listener
+	fds *fdlimit.Reporter
+}
+
+func (l *patientListener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		conn, err := l.Listener.Accept()
+		if err == nil || !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+			return conn, err
+		}
+		l.fds.Note(err)
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		time.Sleep(delay)
+	}
+}
+
+// slow serves a request that may take a while (an index scan, a remove that
+// releases a large file): while fn runs the client gets "102 Processing"
+// every ctlProcessingEvery, so that its idle timeout tells a daemon at
+// work from a stuck one.
+func (c *controlServer) slow(fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return c.slowEvery(fn, ctlProcessingEvery)
+}
+
+// slowEvery is slow, saying "102 Processing" every every.
+func (c *controlServer) slowEvery(fn func(r *http.Request) (any, error), every time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		stop := c.processing(w, every)
+		v, err := fn(r)
+		stop()
+		c.reply(w, v, err)
+	}
+}
+
+// processing sends "102 Processing" every every until stop is called;
+// stop returns once no more will be sent.
+func (c *controlServer) processing(w http.ResponseWriter, every time.Duration) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	rc := http.NewResponseController(w)
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				rc.SetWriteDeadline(time.Now().Add(ctlStallTimeout))
+				w.WriteHeader(http.StatusProcessing)
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// put spools the request body and ingests it. Nothing is named before the
+// ingest commits, in one transaction: a put that fails leaves no name.
 func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Query().Get("path")
 	f, err := os.CreateTemp(filepath.Join(c.s.Dir(), "spool"), "put-")
 	if err != nil {
-		c.reply(w, nil, err)
+		c.reply(w, nil, fmt.Errorf("put %s: spool: %w", p, err))
 		return
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
-	n, err := io.Copy(f, r.Body)
+	rc := http.NewResponseController(w)
+	n, err := io.Copy(f, &stallReader{r: r.Body, rc: rc})
 	if err != nil {
 		c.reply(w, nil, fmt.Errorf("receive %s: %w", p, err))
 		return
 	}
+	// No deadline while ingesting: the server's background read of the
+	// connection would take one that ran out for a client gone, and
+	// cancel the request.
+	rc.SetReadDeadline(time.Time{})
+	stop := c.processing(w, ctlProcessingEvery)
 	fi, st, err := c.s.Put(r.Context(), f, n, p, store.PutOptions{})
+	stop()
 	if err == nil {
 		c.notify.Invalidate(p)
 	}
 	c.reply(w, putReply{toWire(fi), st}, err)
+}
+
+// stallReader reads a request body, failing a read that waits on the
+// client for more than ctlStallTimeout.
+type stallReader struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	s.rc.SetReadDeadline(time.Now().Add(ctlStallTimeout))
+	return s.r.Read(p)
+}
+
+// stallWriter writes a reply, failing a write that waits on the client
+// (one that stopped reading) for more than ctlStallTimeout.
+type stallWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	s.rc.SetWriteDeadline(time.Now().Add(ctlStallTimeout))
+	return s.w.Write(p)
 }
 
 type putReply struct {
@@ -146,7 +269,8 @@ func (c *controlServer) get(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Trailer", "Kvfs-Error, Kvfs-Error-Kind")
 	w.Header().Set("Kvfs-Size", strconv.FormatInt(f.Size(), 10))
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if _, err := io.Copy(w, io.NewSectionReader(f, 0, f.Size())); err != nil {
+	sw := &stallWriter{w: w, rc: http.NewResponseController(w)}
+	if _, err := io.Copy(sw, io.NewSectionReader(f, 0, f.Size())); err != nil {
 		c.log.Warn("control: get", "err", err)
 		w.Header().Set("Kvfs-Error", escapeInvalid(err.Error()))
 		w.Header().Set("Kvfs-Error-Kind", kindOf(err))
@@ -186,6 +310,7 @@ type errorReply struct {
 func (c *controlServer) reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
+		c.fds.Note(err)
 		e := errorReply{Error: escapeInvalid(err.Error())}
 		code := http.StatusInternalServerError
 		e.Kind = kindOf(err)
@@ -204,11 +329,21 @@ func (c *controlServer) reply(w http.ResponseWriter, v any, err error) {
 // socketClient is a storeClient through the daemon.
 type socketClient struct {
 	sock string
+	to   socketTimeouts
 	http *http.Client
 }
 
-func newSocketClient(sock string) *socketClient {
-	return &socketClient{sock: sock, http: &http.Client{Transport: unixTransport(sock)}}
+func newSocketClient(sock string, to socketTimeouts) *socketClient {
+	return &socketClient{sock: sock, to: to, http: &http.Client{Transport: unixTransport(sock, to)}}
+}
+
+// sockErr names the socket in an error of the connection, and says what a
+// timeout means.
+func (c *socketClient) sockErr(err error) error {
+	if isTimeout(err) {
+		return fmt.Errorf("control socket %s: the daemon did not answer for %v (stuck, or out of file descriptors: see its log): %w", c.sock, c.to.Idle, err)
+	}
+	return fmt.Errorf("control socket %s: %w", c.sock, err)
 }
 
 // remoteError is an error from the daemon, wrapping the store's sentinel
@@ -222,13 +357,18 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.err }
 
 func (c *socketClient) do(method, path string, q url.Values, body io.Reader, out any) (*http.Response, error) {
-	req, err := http.NewRequest(method, "http://kvfs"+path+"?"+q.Encode(), body)
+	// The daemon sends "102 Processing" while it works on a long request;
+	// seeing them (rather than letting the transport count them against
+	// its header limit) is all the client does with them.
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+		method, "http://kvfs"+path+"?"+q.Encode(), body)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", c.sock, err)
+		return nil, c.sockErr(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
@@ -248,7 +388,10 @@ func (c *socketClient) do(method, path string, q url.Values, body io.Reader, out
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	return resp, json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return nil, c.sockErr(err)
+	}
+	return resp, nil
 }
 
 func (c *socketClient) ping() error {
@@ -313,15 +456,21 @@ func (c *socketClient) Get(path string, verify bool) (io.ReadCloser, int64, erro
 		return nil, 0, err
 	}
 	size, _ := strconv.ParseInt(resp.Header.Get("Kvfs-Size"), 10, 64)
-	return &trailerReader{resp: resp}, size, nil
+	return &trailerReader{resp: resp, c: c}, size, nil
 }
 
 // trailerReader ends a download with the error the daemon put in the
 // trailer, if any.
-type trailerReader struct{ resp *http.Response }
+type trailerReader struct {
+	resp *http.Response
+	c    *socketClient
+}
 
 func (t *trailerReader) Read(p []byte) (int, error) {
 	n, err := t.resp.Body.Read(p)
+	if err != nil && err != io.EOF {
+		return n, t.c.sockErr(err)
+	}
 	if err == io.EOF {
 		if msg := t.resp.Trailer.Get("Kvfs-Error"); msg != "" {
 			re := &remoteError{msg: msg}
