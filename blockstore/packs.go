@@ -19,8 +19,19 @@ import (
 const DefaultPackBytes = 1 << 30
 
 // DefaultMaxOpen is how many pack read descriptors a Dir keeps open when
-// Options.MaxOpen is 0.
+// Options.MaxOpen is 0, unless the process's descriptor limit is low: then
+// a quarter of that limit, so that spools, appenders, the index and client
+// connections keep the rest.
 const DefaultMaxOpen = 256
+
+// defaultMaxOpen is DefaultMaxOpen bounded by the descriptor limit.
+func defaultMaxOpen() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/4 >= DefaultMaxOpen {
+		return DefaultMaxOpen
+	}
+	return max(int(lim.Cur/4), 4)
+}
 
 // Options configure a Dir.
 type Options struct {
@@ -83,7 +94,7 @@ func OpenWith(path string, opts Options) (*Dir, error) {
 		return nil, fmt.Errorf("open packs %s: %w", path, err)
 	}
 	if opts.MaxOpen <= 0 {
-		opts.MaxOpen = DefaultMaxOpen
+		opts.MaxOpen = defaultMaxOpen()
 	}
 	return &Dir{path: path, maxOpen: opts.MaxOpen, files: map[uint32]*PackFile{}}, nil
 }

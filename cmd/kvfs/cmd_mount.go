@@ -52,7 +52,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
-	fs.IntVar(&o.maxOpenPacks, "max-open-packs", blockstore.DefaultMaxOpen, "how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open)")
+	fs.IntVar(&o.maxOpenPacks, "max-open-packs", 0, fmt.Sprintf("how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open); 0: %d, or a quarter of the descriptor limit if that is less", blockstore.DefaultMaxOpen))
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
 	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
@@ -63,8 +63,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 2 {
 		return usagef("want STORE MOUNTPOINT")
 	}
-	if o.maxOpenPacks < 1 {
-		return usagef("--max-open-packs: want at least 1, not %d", o.maxOpenPacks)
+	if o.maxOpenPacks < 0 {
+		return usagef("--max-open-packs: want 0 (the default) or more, not %d", o.maxOpenPacks)
 	}
 	allowOther := false
 	for _, opt := range strings.Split(o.options, ",") {
