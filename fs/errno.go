@@ -53,6 +53,8 @@ func mapErrno(log *slog.Logger, op string, err error) syscall.Errno {
 		return syscall.EISDIR
 	case errors.Is(err, manifest.ErrNotEmpty):
 		return syscall.ENOTEMPTY
+	case errors.Is(err, store.ErrNameTooLong):
+		return syscall.ENAMETOOLONG
 	case errors.Is(err, iofs.ErrInvalid):
 		return syscall.EINVAL
 	case errors.Is(err, iofs.ErrPermission), errors.Is(err, store.ErrReadOnly):

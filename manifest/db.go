@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -241,7 +242,27 @@ func (t *Tx) Inode(ino uint64) (*Inode, error) {
 	if v == nil {
 		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
 	}
-	return unmarshalInode(ino, v)
+	n, err := unmarshalInode(ino, v)
+	if err == nil && v[0] == '{' && n.Parent != 0 && strings.Contains(n.Name, "\uFFFD") {
+		n.Name = t.entryName(n)
+	}
+	return n, err
+}
+
+// entryName recovers the name of a legacy (JSON) inode record whose name
+// lost its invalid UTF-8 bytes to U+FFFD: the directory entry, a bbolt key,
+// kept the bytes. The inode's own name stays if no entry of its directory
+// leads to it.
+func (t *Tx) entryName(n *Inode) string {
+	prefix := u64key(n.Parent)
+	want := u64key(n.Ino)
+	c := t.b(bucketDirents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if bytes.Equal(v, want) {
+			return string(k[len(prefix):])
+		}
+	}
+	return n.Name
 }
 
 // PutInode stores an inode's attributes.

@@ -48,13 +48,17 @@ const (
 	tagXattrs     = 14 // (nameLen:uvarint name valueLen:uvarint value)+, names ascending
 )
 
-// Bounds of an inode record's variable fields. Names and xattrs follow
-// Linux (NAME_MAX, XATTR_NAME_MAX, XATTR_SIZE_MAX); the other fields are
-// short texts kvfs computes, bounded so that a damaged record cannot claim
-// more.
+// Bounds of an inode record's variable fields. Values follow Linux
+// (XATTR_SIZE_MAX); the other fields are short texts kvfs computes, bounded
+// so that a damaged record cannot claim more. Names are bounded at three
+// times Linux's NAME_MAX and XATTR_NAME_MAX: the store refuses names over
+// 255 bytes where they come in (ENAMETOOLONG), but the JSON records of
+// stores made before the binary encoding turned each invalid byte into the
+// three bytes of U+FFFD, and those records must stay writable (a directory
+// whose record cannot be written again can no longer be changed).
 const (
-	maxName       = 255
-	maxXattrName  = 255
+	maxName       = 3 * 255
+	maxXattrName  = 3 * 255
 	maxXattrValue = 64 << 10
 	maxText       = 64 << 10
 	maxInodeBytes = 64 << 20 // a whole record

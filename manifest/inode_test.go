@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math"
@@ -222,7 +223,7 @@ func TestInodeBadRecords(t *testing.T) {
 		"length past end":      rec([]byte{tagName, 5, 'a', 'b'}),
 		"name with slash":      rec(field(tagName, []byte("a/b"))),
 		"name with NUL":        rec(field(tagName, []byte("a\x00b"))),
-		"name too long":        rec(append([]byte{tagName, 0x80, 0x02}, bytes.Repeat([]byte{'x'}, 256)...)),
+		"name too long":        rec(append([]byte{tagName, 0xfe, 0x05}, bytes.Repeat([]byte{'x'}, 3*255+1)...)), // 766 bytes
 		"xattrs out of order":  rec(field(tagXattrs, []byte{3, 'u', '.', 'b', 0, 3, 'u', '.', 'a', 0})),
 		"xattr twice":          rec(field(tagXattrs, []byte{3, 'u', '.', 'a', 0, 3, 'u', '.', 'a', 0})),
 		"xattr empty name":     rec(field(tagXattrs, []byte{0, 0})),
@@ -237,17 +238,68 @@ func TestInodeBadRecords(t *testing.T) {
 
 func TestInodeEncodeBounds(t *testing.T) {
 	for what, n := range map[string]*Inode{
-		"name of 256 bytes":   {Name: strings.Repeat("x", 256)},
+		"name over the limit": {Name: strings.Repeat("x", maxName+1)},
 		"name with slash":     {Name: "a/b"},
 		"name with NUL":       {Name: "a\x00"},
 		"negative size":       {Size: -1},
 		"xattr too large":     {Xattrs: map[string][]byte{"user.a": make([]byte, maxXattrValue+1)}},
 		"empty xattr name":    {Xattrs: map[string][]byte{"": nil}},
-		"xattr name too long": {Xattrs: map[string][]byte{strings.Repeat("u", 256): nil}},
+		"xattr name too long": {Xattrs: map[string][]byte{strings.Repeat("u", maxXattrName+1): nil}},
 	} {
 		n.Ino = 5
 		if _, err := marshalInode(n); !errors.Is(err, ErrBadInode) || !strings.Contains(err.Error(), "inode 5") {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
+}
+
+// TestInodeLegacyMangledNames: the JSON records of stores made before the
+// binary encoding hold U+FFFD for each invalid byte of a name, while the
+// directory entries (bbolt keys) kept the bytes. Reading such a record
+// recovers the name from its entry, and records whose mangled names grew
+// past 255 bytes (a name, an xattr name) can still be written back: the
+// directory they describe must stay changeable.
+func TestInodeLegacyMangledNames(t *testing.T) {
+	raw := strings.Repeat("\xe9", 100) // 100 bytes; 300 as U+FFFD
+	mangled := strings.Repeat("\uFFFD", 100)
+	rec, err := json.Marshal(map[string]any{"mode": 0o40755, "parent": 1, "name": raw,
+		"xattrs": map[string][]byte{"user." + raw: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rec), `\ufffd`) && !strings.Contains(string(rec), mangled) {
+		t.Fatalf("json.Marshal kept the invalid bytes: %s", rec)
+	}
+	db, err := Open(filepath.Join(t.TempDir(), "kvfs.db"), true, Params{ChunkSize: 4096}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *Tx) error {
+		if err := tx.b(bucketInodes).Put(u64key(9), rec); err != nil {
+			return err
+		}
+		if err := tx.Link(RootIno, raw, 9); err != nil {
+			return err
+		}
+		n, err := tx.Inode(9)
+		if err != nil {
+			return err
+		}
+		if n.Name != raw {
+			t.Errorf("name %q, want the entry's bytes %q", n.Name, raw)
+		}
+		n.Mtime = 7 // as touchDir does
+		return tx.PutInode(n)
+	})
+	if err != nil {
+		t.Fatalf("rewrite a legacy directory record: %v", err)
+	}
+	db.View(func(tx *Tx) error {
+		n, err := tx.Inode(9)
+		if err != nil || n.Name != raw || n.Mtime != 7 || string(n.Xattrs["user."+mangled]) != "v" {
+			t.Errorf("rewritten record: %+v %v", n, err)
+		}
+		return nil
+	})
 }

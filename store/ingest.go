@@ -357,6 +357,13 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		if err != nil {
 			return err
 		}
+		// The name may have changed since the ingest began (a rename of
+		// the file being written): a blob name must match this content.
+		if dir, err := tx.Inode(parent); err != nil {
+			return err
+		} else if err := s.checkBlobName(tx, &manifest.Inode{Blob: in.blobSum, Name: name}, dir, name); err != nil {
+			return err
+		}
 		if prev != nil {
 			if prev.IsDir() {
 				return manifest.ErrIsDir

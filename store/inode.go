@@ -94,6 +94,9 @@ func (s *Store) StatIno(ino uint64) (*FileInfo, error) {
 // Lookup describes the entry name in directory parent.
 func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
 	return s.viewInode("lookup", parent, name, func(tx *manifest.Tx) (*manifest.Inode, error) {
+		if len(name) > MaxNameBytes {
+			return nil, validName(name)
+		}
 		ino, err := tx.Lookup(parent, name)
 		if err != nil {
 			return nil, err
@@ -167,8 +170,8 @@ func dirInode(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
 
 // checkName checks that parent is a directory without an entry name.
 func checkName(tx *manifest.Tx, parent uint64, name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || len(name) > 255 {
-		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
+	if err := validName(name); err != nil {
+		return err
 	}
 	if _, err := dirInode(tx, parent); err != nil {
 		return err

@@ -15,6 +15,28 @@ import (
 // a leading "/" is allowed, "." and ".." components are not (a store path
 // never escapes the root, and means one thing).
 
+// MaxNameBytes is the longest name of a directory entry, as Linux's
+// NAME_MAX (statfs reports it).
+const MaxNameBytes = 255
+
+// ErrNameTooLong is a name of more than MaxNameBytes (ENAMETOOLONG).
+var ErrNameTooLong = errors.New("file name too long")
+
+// validName checks one component: ErrNameTooLong past MaxNameBytes,
+// fs.ErrInvalid for "", ".", "..", and names holding '/' or NUL. Any other
+// byte is allowed: names are bytes.
+func validName(name string) error {
+	switch {
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("%w: %d bytes (at most %d)", ErrNameTooLong, len(name), MaxNameBytes)
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("%w: bad name %q", fs.ErrInvalid, name)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("%w: a name cannot hold '/' or NUL: %q", fs.ErrInvalid, name)
+	}
+	return nil
+}
+
 // splitPath returns the components of p; the root has none.
 func splitPath(p string) ([]string, error) {
 	var out []string
@@ -25,11 +47,8 @@ func splitPath(p string) ([]string, error) {
 		case ".", "..":
 			return nil, fmt.Errorf("%q: %w: '.' and '..' are not allowed in store paths", p, fs.ErrInvalid)
 		}
-		if len(c) > 255 {
-			return nil, fmt.Errorf("%q: %w: name longer than 255 bytes", p, fs.ErrInvalid)
-		}
-		if strings.IndexByte(c, 0) >= 0 {
-			return nil, fmt.Errorf("%q: %w: a name cannot hold NUL", p, fs.ErrInvalid)
+		if err := validName(c); err != nil {
+			return nil, fmt.Errorf("%q: %w", p, err)
 		}
 		out = append(out, c)
 	}
@@ -289,6 +308,9 @@ const (
 // removeTx removes name from directory parent: a file (released, or kept
 // as an orphan while open) or an empty directory.
 func (s *Store) removeTx(tx *manifest.Tx, parent uint64, name string, what int) ([]blockstore.Loc, error) {
+	if len(name) > MaxNameBytes {
+		return nil, validName(name)
+	}
 	n, err := child(tx, parent, name)
 	if err != nil {
 		return nil, err
@@ -390,6 +412,12 @@ func (s *Store) Rename(oldpath, newpath string) error {
 // renameTx moves (op, oname) to (np, nname), replacing what is there
 // unless noReplace.
 func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nname string, noReplace bool) ([]blockstore.Loc, error) {
+	if len(oname) > MaxNameBytes {
+		return nil, validName(oname)
+	}
+	if err := validName(nname); err != nil {
+		return nil, err
+	}
 	src, err := child(tx, op, oname)
 	if err != nil {
 		return nil, err

@@ -2,12 +2,15 @@ package tests
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 )
@@ -235,4 +238,40 @@ func displayPath(p string) string {
 		return p
 	}
 	return strconv.Quote(p)
+}
+
+// TestNameTooLong: every operation on a name of more than 255 bytes fails
+// with ENAMETOOLONG, through the mount as in a plain directory (which
+// proves the expectation), and kvfs put through the socket refuses it.
+func TestNameTooLong(t *testing.T) {
+	m := newMount(t)
+	long := strings.Repeat("n", 256)
+	for _, dir := range []string{t.TempDir(), m.mnt} {
+		ok := filepath.Join(dir, "ok")
+		if err := os.WriteFile(ok, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, long)
+		ops := map[string]func() error{
+			"create":      func() error { return os.WriteFile(p, []byte("x"), 0o644) },
+			"mkdir":       func() error { return os.Mkdir(p, 0o755) },
+			"stat":        func() error { _, err := os.Stat(p); return err },
+			"unlink":      func() error { return syscall.Unlink(p) },
+			"rmdir":       func() error { return syscall.Rmdir(p) },
+			"chmod":       func() error { return os.Chmod(p, 0o600) },
+			"rename":      func() error { return os.Rename(ok, p) },
+			"rename from": func() error { return os.Rename(p, ok) },
+		}
+		for name, op := range ops {
+			if err := op(); !errors.Is(err, syscall.ENAMETOOLONG) {
+				t.Errorf("%s: %s of a 256-byte name: %v, want ENAMETOOLONG", dir, name, err)
+			}
+		}
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	os.WriteFile(src, []byte("x"), 0o644)
+	out, err := exec.Command(kvfsBin, "put", m.store, src, "/"+long).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "too long") {
+		t.Errorf("kvfs put of a 256-byte name: %v %s", err, out)
+	}
 }

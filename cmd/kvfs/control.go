@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,7 +83,7 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 	}
 	os.Chmod(sock, 0o600)
 	c := &controlServer{s: s, notify: notify, log: log, fds: fdlimit.NewReporter(log, "control socket "+sock)}
-	c.ln = &patientListener{Listener: ln, fds: c.fds}
+	c.ln = &patientListener{Listener: ln, fds: c.fds, slots: make(chan struct{}, ctlMaxConns)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /v1/stats", c.slow(func(r *http.Request) (any, error) { return s.Stats() }))
@@ -133,18 +134,50 @@ func (c *controlServer) close() {
 	os.Remove(filepath.Join(c.s.Dir(), socketName))
 }
 
-// patientListener keeps accepting through a shortage of descriptors. While
-// the daemon is out of them accept4 fails with EMFILE at once, again and
-// again, and the connection waits in the backlog; http.Server would retry
-// and log every time. It backs off instead (5 ms doubling to 1 s), logs
-// the first failure of each kind with the limit, and only returns other
-// errors.
+// ctlMaxConns bounds the control connections open at once. Each is a
+// descriptor of the daemon, which the mount needs too: a crowd of idle or
+// slow clients must not starve it. Connections past the bound wait in the
+// socket's backlog, costing the daemon nothing, until one closes.
+const ctlMaxConns = 32
+
+// patientListener bounds the open connections (slots) and keeps accepting
+// through a shortage of descriptors. While the daemon is out of them
+// accept4 fails with EMFILE at once, again and again, and the connection
+// waits in the backlog; http.Server would retry and log every time. It
+// backs off instead (5 ms doubling to 1 s), logs the first failure of each
+// kind with the limit, and only returns other errors.
 type patientListener struct {
 	net.Listener
-	fds *fdlimit.Reporter
+	fds   *fdlimit.Reporter
+	slots chan struct{}
+}
+
+// slotConn gives its slot back when it is closed.
+type slotConn struct {
+	net.Conn
+	once  sync.Once
+	slots chan struct{}
+}
+
+func (c *slotConn) Close() error {
+	c.once.Do(func() { <-c.slots })
+	return c.Conn.Close()
 }
 
 func (l *patientListener) Accept() (net.Conn, error) {
+	if l.slots == nil {
+		return l.accept()
+	}
+	l.slots <- struct{}{}
+	conn, err := l.accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: conn, slots: l.slots}, nil
+}
+
+func (l *patientListener) accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
 		conn, err := l.Listener.Accept()
@@ -297,6 +330,7 @@ var errKinds = []struct {
 	{"notdir", manifest.ErrNotDir, http.StatusConflict},
 	{"isdir", manifest.ErrIsDir, http.StatusConflict},
 	{"notempty", manifest.ErrNotEmpty, http.StatusConflict},
+	{"nametoolong", store.ErrNameTooLong, http.StatusBadRequest},
 	{"invalid", iofs.ErrInvalid, http.StatusBadRequest},
 	{"corrupt", blockstore.ErrCorrupt, http.StatusInternalServerError},
 	{"blobmismatch", store.ErrBlobMismatch, http.StatusBadRequest},

@@ -153,3 +153,48 @@ func TestPatientListener(t *testing.T) {
 		t.Fatalf("want the shortage logged once with the limit, got:\n%s", buf.String())
 	}
 }
+
+// TestControlConnectionBound: connections past the bound wait in the
+// socket's backlog, holding no descriptor of the daemon, until one closes;
+// idle clients cannot starve the mount of descriptors.
+func TestControlConnectionBound(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	l := &patientListener{Listener: ln, fds: fdlimit.NewReporter(slog.New(slog.DiscardHandler), "control socket"), slots: make(chan struct{}, 2)}
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	first := <-accepted
+	<-accepted
+	select {
+	case <-accepted:
+		t.Fatal("a third connection was accepted past a bound of 2")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting connection was not accepted after one closed")
+	}
+}
