@@ -35,7 +35,6 @@ var (
 
 	_ gofs.FileReader    = (*reader)(nil)
 	_ gofs.FileReleaser  = (*reader)(nil)
-	_ gofs.FileReader    = (*spoolReader)(nil)
 	_ gofs.FileWriter    = (*writer)(nil)
 	_ gofs.FileReader    = (*writer)(nil)
 	_ gofs.FileFlusher   = (*writer)(nil)

@@ -9,6 +9,7 @@ import (
 	iofs "io/fs"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -145,6 +146,11 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		return nil, e
 	}
 	out.Attr = a.Attr
+	// A view node shows one committed version (immutable: its attributes
+	// and pages stay valid), but a name leads to a new version at every
+	// commit, and commits do not notify this tree: the kernel looks the
+	// name up again at every use. (go-fuse takes 0 for "unset".)
+	out.SetEntryTimeout(time.Nanosecond)
 	return d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino}), 0
 }
 
@@ -170,11 +176,33 @@ type wholeFile struct {
 	name string
 }
 
+// goneError is the version a view node shows, gone (replaced or removed).
+type goneError struct{ err error }
+
+func (e *goneError) Error() string { return e.err.Error() }
+func (e *goneError) Unwrap() error { return e.err }
+
+// viewErrno maps an error of view: ESTALE when the node's version is
+// gone, so that the kernel looks the name up again.
+func (w *wholeFile) viewErrno(err error) syscall.Errno {
+	var gone *goneError
+	if errors.As(err, &gone) {
+		return w.fsys.stale("resolve snapshot", err)
+	}
+	return w.fsys.errno("resolve snapshot", err)
+}
+
 // view returns the resolved snapshot, or nil for a file shown as is.
 func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, error) {
-	fi, err := w.fsys.s.StatIno(w.ino)
+	// The node shows the version its name led to when it was looked up;
+	// once the name leads elsewhere (a commit, a rename), the kernel must
+	// look it up again.
+	fi, err := w.fsys.s.Lookup(w.dir, w.name)
+	if err == nil && fi.Ino != w.ino {
+		err = fmt.Errorf("%q now names inode %d, not %d: %w", w.name, fi.Ino, w.ino, iofs.ErrNotExist)
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &goneError{err}
 	}
 	if fi.Kind != "mlxkv" {
 		return nil, fi, nil
@@ -208,7 +236,7 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	v, fi, err := w.view(ctx)
 	if err != nil {
-		return w.fsys.errno("resolve snapshot", err)
+		return w.viewErrno(err)
 	}
 	fillAttr(fi, &out.Attr)
 	out.Mode = syscall.S_IFREG | 0o444
@@ -225,12 +253,12 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	}
 	v, _, err := w.view(ctx)
 	if err != nil {
-		return nil, 0, w.fsys.errno("resolve snapshot", err)
+		return nil, 0, w.viewErrno(err)
 	}
 	if v == nil {
 		f, err := w.fsys.s.OpenIno(w.ino)
 		if err != nil {
-			return nil, 0, w.fsys.errno("open", err)
+			return nil, 0, w.fsys.stale("open", err)
 		}
 		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
 	}

@@ -40,6 +40,8 @@ type fileNode struct {
 	// open: the newest commit (see reader).
 	cur     *version
 	readers int
+	// writing mirrors sp != nil for readers, which take mu only then.
+	writing atomic.Bool
 }
 
 // unlock releases f.mu and then, if a commit happened under it, tells the
@@ -164,6 +166,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		}
 	}
 	f.sp = sp
+	f.writing.Store(true)
 	return 0
 }
 
@@ -173,6 +176,7 @@ func (f *fileNode) dropSpool() {
 		f.sp.f.Close()
 		os.Remove(f.sp.f.Name())
 		f.sp = nil
+		f.writing.Store(false)
 	}
 }
 
@@ -228,6 +232,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 		// starts a new spool from the committed content.
 		f.sp.f.Close()
 		f.sp = nil
+		f.writing.Store(false)
 	} else {
 		f.sp.dirty = false
 	}
@@ -262,11 +267,6 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	f.readers++
-	if f.sp != nil {
-		// Being written: readers see the writer's bytes, and the
-		// committed version once the writer is done.
-		return &spoolReader{reader{node: f, fsys: f.fsys}}, fuse.FOPEN_DIRECT_IO, 0
-	}
 	var fl uint32
 	if f.cached == f.version {
 		fl = fuse.FOPEN_KEEP_CACHE
@@ -380,6 +380,19 @@ func (r *reader) acquire() *version {
 }
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	// While the file is written, its bytes are the writer's: the kernel
+	// sizes the file by the writes it has seen, and a reply shorter than
+	// that size (from the shorter committed version) would be end of file
+	// to it, shrinking the size that O_APPEND and SEEK_END use. A write
+	// sets writing before it returns, so a read issued after it sees it.
+	if f := r.node; f != nil && f.writing.Load() {
+		f.mu.Lock()
+		if f.sp != nil {
+			defer f.mu.Unlock()
+			return f.readSpool(dest, off)
+		}
+		f.mu.Unlock()
+	}
 	v := r.acquire()
 	res, e := r.read(v.f, dest, off)
 	if e != 0 || res == nil {
@@ -433,23 +446,6 @@ func (r *reader) Release(ctx context.Context) syscall.Errno {
 		f.cur = nil
 	}
 	return 0
-}
-
-// spoolReader is a read handle opened while the file was being written: it
-// reads the writer's bytes from the spool while there is one, and then,
-// as any read handle, the node's newest commit, which the node pins (so
-// that the file stays readable when its name goes).
-type spoolReader struct{ reader }
-
-func (r *spoolReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f := r.node
-	f.mu.Lock()
-	if f.sp != nil {
-		defer f.mu.Unlock()
-		return f.readSpool(dest, off)
-	}
-	f.mu.Unlock()
-	return r.reader.Read(ctx, dest, off)
 }
 
 // readSpool reads the spool; without one (the file was committed and the

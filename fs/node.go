@@ -119,12 +119,15 @@ func (n *node) storeIno() uint64 { return n.ino.Load() }
 // ESTALE makes the kernel look the name up again and retry the call once
 // (LOOKUP_REVAL), as it does for NFS, instead of failing an open or a stat
 // of a name that exists.
-func (n *node) stale(op string, err error) syscall.Errno {
+func (n *node) stale(op string, err error) syscall.Errno { return n.fsys.stale(op, err) }
+
+// stale is node.stale for the nodes of the virtual tree.
+func (fsys *FS) stale(op string, err error) syscall.Errno {
 	if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, manifest.ErrNotFound) {
-		n.fsys.Metrics.countError(syscall.ESTALE)
+		fsys.Metrics.countError(syscall.ESTALE)
 		return syscall.ESTALE
 	}
-	return n.fsys.errno(op, err)
+	return fsys.errno(op, err)
 }
 
 // setattr applies the attribute part of a setattr (not the size).

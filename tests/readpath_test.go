@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,9 +17,10 @@ import (
 
 func init() {
 	// holdopen FILE: open FILE read-only and answer commands from stdin,
-	// one per line, with the sha256 of what it read: "read" reads the
-	// whole file through the open descriptor, "map" maps it (MAP_SHARED)
-	// and hashes the mapping.
+	// one per line, with the size and sha256 of what it read: "read" reads
+	// the whole file (its fstat size) through the open descriptor, "pread
+	// OFF N" reads N bytes at OFF, "map" maps the file (MAP_SHARED) and
+	// hashes the mapping.
 	clients["holdopen"] = func(args []string) error {
 		f, err := os.Open(args[0])
 		if err != nil {
@@ -29,8 +31,19 @@ func init() {
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
 			var b []byte
-			switch sc.Text() {
-			case "read":
+			var off, n int64
+			switch cmd := sc.Text(); {
+			case strings.HasPrefix(cmd, "pread "):
+				if _, err := fmt.Sscan(cmd[len("pread "):], &off, &n); err != nil {
+					return err
+				}
+				b = make([]byte, n)
+				k, err := f.ReadAt(b, off)
+				if err != nil && err != io.EOF {
+					return err
+				}
+				b = b[:k]
+			case cmd == "read":
 				fi, err := f.Stat()
 				if err != nil {
 					return err
@@ -41,7 +54,7 @@ func init() {
 					return err
 				}
 				b = b[:n]
-			case "map":
+			case cmd == "map":
 				fi, err := f.Stat()
 				if err != nil {
 					return err
@@ -53,7 +66,7 @@ func init() {
 				b = append([]byte(nil), m...)
 				syscall.Munmap(m)
 			default:
-				return fmt.Errorf("holdopen: unknown command %q", sc.Text())
+				return fmt.Errorf("holdopen: unknown command %q", cmd)
 			}
 			sum := sha256.Sum256(b)
 			fmt.Printf("%d %s\n", len(b), hex.EncodeToString(sum[:]))
@@ -151,5 +164,91 @@ func TestInPlaceRewriteCoherent(t *testing.T) {
 	}
 	if got, err := os.ReadFile(f); err != nil || sumOf(got) != sumOf(vs[3]) {
 		t.Fatalf("the new file under the name: %s %v, want version 3", sumOf(got), err)
+	}
+}
+
+// TestReadWhileAppending: a reader that opened a file before a writer
+// appends to it (O_APPEND) reads the appended bytes, which stat already
+// counts; a reader that opens while the writer has the file open can map
+// it. Before, the reader got the shorter committed version: its short
+// reply was end of file to the kernel, which shrank the file's size, and
+// the writer's next O_APPEND write landed inside the first append,
+// corrupting the file it then fsynced and closed without an error.
+func TestReadWhileAppending(t *testing.T) {
+	m := newMount(t)
+	p := m.path("append.bin")
+	a := randFile(t, filepath.Join(t.TempDir(), "a"), 100_000, 21)
+	if err := os.WriteFile(p, a, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startHolder(t, p) // opened before the writer
+	if got := r.ask(t, "pread 0 4096"); got != sumOf(a[:4096]) {
+		t.Fatalf("first page: %s", got)
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	b := bytes.Repeat([]byte("B"), 100_000)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, a...), b...)
+	if got := r.ask(t, "pread 196608 4096"); got != sumOf(want[196608:]) {
+		t.Fatalf("reader of the last appended page: %s, want %s", got, sumOf(want[196608:]))
+	}
+	mapper := startHolder(t, p) // opened while the writer has the file open
+	if got := mapper.ask(t, "map"); got != sumOf(want) {
+		t.Fatalf("mapping of a file being written: %s, want %s", got, sumOf(want))
+	}
+	c := bytes.Repeat([]byte("C"), 1000)
+	if _, err := w.Write(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, c...)
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after the appends: %d bytes (%v), want %d: the second append went to offset %d", len(got), err, len(want), bytes.IndexByte(got, 'C'))
+	}
+	if got := r.ask(t, "read"); got != sumOf(want) {
+		t.Fatalf("early reader after close: %s, want %s", got, sumOf(want))
+	}
+	if got := mapper.ask(t, "map"); got != sumOf(want) {
+		t.Fatalf("mapping after close: %s, want %s", got, sumOf(want))
+	}
+}
+
+// TestWholeViewFollowsCommits: /.kvfs/whole/<path> shows the newest
+// version of the file at path, after in-place rewrites and after the name
+// was renamed away and created again; it never fails for a name that
+// exists.
+func TestWholeViewFollowsCommits(t *testing.T) {
+	m := newMount(t)
+	view := m.path(".kvfs/whole/w.txt")
+	for i, content := range []string{"version one\n", "version two, longer\n", "3\n"} {
+		switch i {
+		case 2:
+			if err := os.Rename(m.path("w.txt"), m.path("w2.txt")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(m.path("w.txt"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(view)
+		if err != nil || string(got) != content {
+			t.Fatalf("version %d through the view: %q %v, want %q", i+1, got, err, content)
+		}
+		fi, err := os.Stat(view)
+		if err != nil || fi.Size() != int64(len(content)) {
+			t.Fatalf("version %d: stat of the view: %v %v, want size %d", i+1, fi, err, len(content))
+		}
 	}
 }
