@@ -20,17 +20,17 @@ const DefaultPackBytes = 1 << 30
 
 // DefaultMaxOpen is how many pack read descriptors a Dir keeps open when
 // Options.MaxOpen is 0, unless the process's descriptor limit is low: then
-// a quarter of that limit, so that spools, appenders, the index and client
+// an eighth of that limit, so that spools, appenders, the index and client
 // connections keep the rest.
 const DefaultMaxOpen = 256
 
 // defaultMaxOpen is DefaultMaxOpen bounded by the descriptor limit.
 func defaultMaxOpen() int {
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/4 >= DefaultMaxOpen {
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/8 >= DefaultMaxOpen {
 		return DefaultMaxOpen
 	}
-	return max(int(lim.Cur/4), 4)
+	return max(int(lim.Cur/8), 4)
 }
 
 // Options configure a Dir.

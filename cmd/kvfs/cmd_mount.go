@@ -52,7 +52,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.logFile, "log-file", "", "where a background daemon logs (default STORE/kvfs.log)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
-	fs.IntVar(&o.maxOpenPacks, "max-open-packs", 0, fmt.Sprintf("how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open); 0: %d, or a quarter of the descriptor limit if that is less", blockstore.DefaultMaxOpen))
+	fs.IntVar(&o.maxOpenPacks, "max-open-packs", 0, fmt.Sprintf("how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open); 0: %d, or an eighth of the descriptor limit if that is less", blockstore.DefaultMaxOpen))
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
 	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
