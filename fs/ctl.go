@@ -118,12 +118,64 @@ type mirrorDir struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store directory
+	place
 }
 
+// place is where a node of the view tree was last looked up: its
+// directory and name. The view tree is not told of renames and commits,
+// so each use checks that the place still leads to the node's store inode
+// (see mirrorDir.valid); go-fuse keeps one node per inode number, so a
+// lookup that finds the node at a new place moves it there.
+type place struct {
+	mu   sync.Mutex
+	up   *mirrorDir // nil for the root of the view tree
+	name string
+}
+
+func (p *place) at() (*mirrorDir, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up, p.name
+}
+
+func (p *place) move(up *mirrorDir, name string) {
+	p.mu.Lock()
+	p.up, p.name = up, name
+	p.mu.Unlock()
+}
+
+// valid reports whether d's place, and its directory's up to the root of
+// the view tree, still lead to the store directories they showed: a
+// goneError otherwise.
+func (d *mirrorDir) valid() error {
+	for n := d; ; {
+		up, name := n.at()
+		if up == nil {
+			return nil
+		}
+		fi, err := n.fsys.s.Lookup(up.ino, name)
+		if err == nil && fi.Ino != n.ino {
+			err = fmt.Errorf("%q now names inode %d, not %d: %w", name, fi.Ino, n.ino, iofs.ErrNotExist)
+		}
+		if err != nil {
+			return &goneError{err}
+		}
+		n = up
+	}
+}
+
+// entryTimeout is the kernel's entry timeout in the view tree: as short
+// as go-fuse allows (it takes 0 for "unset"), since the tree is not told
+// of renames and commits; nodes check their place at each use anyway.
+const entryTimeout = time.Nanosecond
+
 func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if err := d.valid(); err != nil {
+		return d.fsys.stale("getattr", err)
+	}
 	fi, err := d.fsys.s.StatIno(d.ino)
 	if err != nil {
-		return d.fsys.errno("getattr", err)
+		return d.fsys.stale("getattr", err)
 	}
 	fillAttr(fi, &out.Attr)
 	out.Mode = syscall.S_IFDIR | 0o555
@@ -131,30 +183,45 @@ func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.At
 }
 
 func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if err := d.valid(); err != nil {
+		return nil, d.fsys.stale("lookup", err)
+	}
 	fi, err := d.fsys.s.Lookup(d.ino, name)
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}
+	out.SetEntryTimeout(entryTimeout)
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr)
 		out.Mode = syscall.S_IFDIR | 0o555
-		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: fi.Ino}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino}), 0
+		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
+		md.move(d, name)
+		ch := d.NewInode(ctx, md, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino})
+		if old, ok := ch.Operations().(*mirrorDir); ok && old != md {
+			old.move(d, name)
+		}
+		return ch, 0
 	}
-	w := &wholeFile{fsys: d.fsys, ino: fi.Ino, dir: d.ino, name: name}
+	// A view node shows one committed version: immutable, so its
+	// attributes and pages stay valid while the kernel keeps them.
+	w := &wholeFile{fsys: d.fsys, ino: fi.Ino}
+	w.move(d, name)
 	var a fuse.AttrOut
 	if e := w.Getattr(ctx, nil, &a); e != 0 {
 		return nil, e
 	}
 	out.Attr = a.Attr
-	// A view node shows one committed version (immutable: its attributes
-	// and pages stay valid), but a name leads to a new version at every
-	// commit, and commits do not notify this tree: the kernel looks the
-	// name up again at every use. (go-fuse takes 0 for "unset".)
-	out.SetEntryTimeout(time.Nanosecond)
-	return d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino}), 0
+	ch := d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino})
+	if old, ok := ch.Operations().(*wholeFile); ok && old != w {
+		old.move(d, name)
+	}
+	return ch, 0
 }
 
 func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if err := d.valid(); err != nil {
+		return nil, d.fsys.stale("readdir", err)
+	}
 	ents, err := d.fsys.s.ReadDir(d.ino)
 	if err != nil {
 		return nil, d.fsys.errno("readdir", err)
@@ -172,8 +239,7 @@ type wholeFile struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store file
-	dir  uint64 // its directory, where its blocks/ is
-	name string
+	place
 }
 
 // goneError is the version a view node shows, gone (replaced or removed).
@@ -197,9 +263,13 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	// The node shows the version its name led to when it was looked up;
 	// once the name leads elsewhere (a commit, a rename), the kernel must
 	// look it up again.
-	fi, err := w.fsys.s.Lookup(w.dir, w.name)
+	up, name := w.at()
+	if err := up.valid(); err != nil {
+		return nil, nil, err
+	}
+	fi, err := w.fsys.s.Lookup(up.ino, name)
 	if err == nil && fi.Ino != w.ino {
-		err = fmt.Errorf("%q now names inode %d, not %d: %w", w.name, fi.Ino, w.ino, iofs.ErrNotExist)
+		err = fmt.Errorf("%q now names inode %d, not %d: %w", name, fi.Ino, w.ino, iofs.ErrNotExist)
 	}
 	if err != nil {
 		return nil, nil, &goneError{err}
@@ -221,7 +291,7 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	if err != nil || !snap.Blocks() {
 		return nil, fi, nil
 	}
-	src := &blockSource{fsys: w.fsys, dir: w.dir}
+	src := &blockSource{fsys: w.fsys, dir: up.ino}
 	defer src.close()
 	// Finished even if the caller is interrupted: the view is cached for
 	// the next open.
@@ -262,7 +332,8 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 		}
 		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
 	}
-	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: w.dir}}, fuse.FOPEN_KEEP_CACHE, 0
+	up, _ := w.at()
+	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: up.ino}}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // wholeReader reads a resolved snapshot: prefix bytes, block ranges, zeros.

@@ -227,19 +227,13 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 		return f.fsys.errno("commit", err)
 	}
 	f.fsys.Metrics.countCommit(fi.Size, st.NewBytes, st.ReusedBytes, st.ZeroBytes, st.Adopted, time.Since(start))
-	if st.Adopted {
-		// The spool became a pack: it is the store's now. A later write
-		// starts a new spool from the committed content.
-		f.sp.f.Close()
-		f.sp = nil
-		f.writing.Store(false)
-	} else {
-		f.sp.dirty = false
-	}
-	// The commit held the new version; drop the hold on the old one.
-	if f.held != 0 {
-		f.unhold()
-		f.held = fi.Ino
+	// Readers move to the new version before the spool goes: a reader
+	// that finds no spool must find this version, not the one before
+	// (shorter, perhaps: a reply shorter than the size the kernel has from
+	// the writes would be end of file to it).
+	old := f.held
+	if old != 0 {
+		f.held = fi.Ino // the commit held the new version
 	}
 	f.ino.Store(fi.Ino)
 	f.version++
@@ -249,6 +243,20 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 		f.serveLocked(fi.Ino)
 	}
 	f.vmu.Unlock()
+	if st.Adopted {
+		// The spool became a pack: it is the store's now. A later write
+		// starts a new spool from the committed content.
+		f.sp.f.Close()
+		f.sp = nil
+		f.writing.Store(false)
+	} else {
+		f.sp.dirty = false
+	}
+	if old != 0 {
+		if err := f.fsys.s.Unhold(old); err != nil {
+			f.fsys.log.Warn("release the previous version", "ino", old, "err", err)
+		}
+	}
 	return 0
 }
 

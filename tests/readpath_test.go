@@ -251,4 +251,19 @@ func TestWholeViewFollowsCommits(t *testing.T) {
 			t.Fatalf("version %d: stat of the view: %v %v, want size %d", i+1, fi, err, len(content))
 		}
 	}
+	// The file renamed away is seen under its new name.
+	if got, err := os.ReadFile(m.path(".kvfs/whole/w2.txt")); err != nil || string(got) != "version two, longer\n" {
+		t.Fatalf("renamed file through the view: %q %v", got, err)
+	}
+	// A directory renamed above a file, and another made in its place.
+	sh(t, fmt.Sprintf("mkdir %[1]s/d && echo old > %[1]s/d/f && cat %[1]s/.kvfs/whole/d/f >/dev/null && mv %[1]s/d %[1]s/d2 && mkdir %[1]s/d && echo new > %[1]s/d/f", m.mnt))
+	for path, want := range map[string]string{"d/f": "new\n", "d2/f": "old\n"} {
+		if got, err := os.ReadFile(m.path(".kvfs/whole/" + path)); err != nil || string(got) != want {
+			t.Errorf("%s through the view after a directory rename: %q %v, want %q", path, got, err, want)
+		}
+	}
+	sh(t, "rm -r "+m.path("d2"))
+	if got, err := os.ReadFile(m.path(".kvfs/whole/d/f")); err != nil || string(got) != "new\n" {
+		t.Errorf("d/f through the view after the old directory went: %q %v", got, err)
+	}
 }

@@ -83,7 +83,7 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 	}
 	os.Chmod(sock, 0o600)
 	c := &controlServer{s: s, notify: notify, log: log, fds: fdlimit.NewReporter(log, "control socket "+sock)}
-	c.ln = &patientListener{Listener: ln, fds: c.fds, slots: make(chan struct{}, ctlMaxConns)}
+	c.ln = &patientListener{Listener: ln, fds: c.fds, slots: make(chan struct{}, ctlMaxConns())}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /v1/stats", c.slow(func(r *http.Request) (any, error) { return s.Stats() }))
@@ -137,8 +137,15 @@ func (c *controlServer) close() {
 // ctlMaxConns bounds the control connections open at once. Each is a
 // descriptor of the daemon, which the mount needs too: a crowd of idle or
 // slow clients must not starve it. Connections past the bound wait in the
-// socket's backlog, costing the daemon nothing, until one closes.
-const ctlMaxConns = 32
+// socket's backlog, costing the daemon nothing, until one closes. The
+// bound is an eighth of the descriptor limit, at least 16 and at most 1024.
+func ctlMaxConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 64
+	}
+	return int(min(max(lim.Cur/8, 16), 1024))
+}
 
 // patientListener bounds the open connections (slots) and keeps accepting
 // through a shortage of descriptors. While the daemon is out of them
