@@ -120,12 +120,12 @@ func pinRaceDuration(t *testing.T, full time.Duration) time.Duration {
 	case "":
 		t.Logf("running 3s of %v (KVFS_STRESS=full for the full run)", full)
 		return 3 * time.Second
-	case "full":
+	case "full", "long":
 		return full
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		t.Fatalf("KVFS_STRESS=%q: want full or a positive Go duration such as 30s", v)
+		t.Fatalf("KVFS_STRESS=%q: want full, long or a positive Go duration such as 30s", v)
 	}
 	return d
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // stressDuration is how long a race or stress test runs: full (the length
-// its documentation asks for) when KVFS_STRESS=full, as CI sets it for one
-// pass; KVFS_STRESS as a Go duration when it is one; and short otherwise,
+// its documentation asks for) when KVFS_STRESS is full or long, as CI sets
+// it; KVFS_STRESS as a Go duration when it is one; and short otherwise,
 // long enough to exercise every path once.
 func stressDuration(t testing.TB, full time.Duration) time.Duration {
 	t.Helper()
@@ -17,17 +17,18 @@ func stressDuration(t testing.TB, full time.Duration) time.Duration {
 	case "":
 		t.Logf("running 3s of %v (KVFS_STRESS=full for the full run)", full)
 		return 3 * time.Second
-	case "full":
+	case "full", "long":
 		return full
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		t.Fatalf("KVFS_STRESS=%q: want full or a positive Go duration such as 30s", v)
+		t.Fatalf("KVFS_STRESS=%q: want full, long or a positive Go duration such as 30s", v)
 	}
 	return d
 }
 
 // stressFull reports whether the full-size stress pass runs
 // (KVFS_STRESS=full), for tests whose size is a count rather than a
-// duration. CI runs it once, without the race detector.
+// duration. CI runs it once, without the race detector; KVFS_STRESS=long
+// (under the race detector) runs durations at full length, counts short.
 func stressFull() bool { return os.Getenv("KVFS_STRESS") == "full" }
