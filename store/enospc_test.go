@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -15,10 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/kvfs/kvfs/store"
-	bolt "go.etcd.io/bbolt"
 )
 
 // requireRoot fails a test that needs root when it is not root, unless the
@@ -40,7 +38,7 @@ func requireRoot(t *testing.T) {
 // lost.
 func TestENOSPC(t *testing.T) {
 	requireRoot(t)
-	mnt := smallFS(t, "tmpfs", 6<<20)
+	mnt := testutil.SmallFS(t, "tmpfs", 6<<20)
 	dir := filepath.Join(mnt, "store")
 	if err := store.Init(dir, 16384); err != nil {
 		t.Fatal(err)
@@ -101,123 +99,6 @@ func TestENOSPC(t *testing.T) {
 	}
 }
 
-// smallFS mounts a filesystem of size bytes for the test: a tmpfs, or an
-// ext4 image on a loop device (they allocate differently: tmpfs by pages,
-// at once; ext4 by blocks, delayed, with a journal and reserved clusters).
-// The ext4 image has no blocks reserved for root: the store runs as root,
-// and "full" must mean full.
-func smallFS(t *testing.T, kind string, size int64) string {
-	t.Helper()
-	requireRoot(t)
-	mnt := t.TempDir()
-	switch kind {
-	case "tmpfs":
-		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-			t.Fatalf("mount tmpfs: %v", err)
-		}
-		t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	case "ext4":
-		img := filepath.Join(t.TempDir(), "fs.img")
-		if err := os.WriteFile(img, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(img, size); err != nil {
-			t.Fatal(err)
-		}
-		for _, args := range [][]string{{"mkfs.ext4", "-q", "-F", "-m", "0", img}, {"mount", "-o", "loop", img, mnt}} {
-			if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-				t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-		}
-		t.Cleanup(func() {
-			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-				t.Errorf("umount %s: %v\n%s", mnt, err, out)
-				syscall.Unmount(mnt, syscall.MNT_DETACH)
-			}
-		})
-	default:
-		t.Fatalf("unknown filesystem %q", kind)
-	}
-	return mnt
-}
-
-// fillUp appends to path until the filesystem is full to the last byte,
-// as another program on the same disk would, and checks that nothing is
-// left.
-func fillUp(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, n := range []int{1 << 16, 4096, 512, 1} {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = 0xaa
-		}
-		for {
-			_, err := f.Write(b)
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("fill %s: %v", path, err)
-			}
-		}
-	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Bavail != 0 {
-		t.Fatalf("filled %s, but %d blocks are still free", path, st.Bavail)
-	}
-}
-
-// sparsifyIndex punches out every page of a closed index that holds
-// nothing (its free pages, and the file's tail past the last page in
-// use): the state in which an index grown by bbolt (with truncate, which
-// allocates nothing) is left when its disk fills up. Every page that a
-// transaction writes then needs new space.
-func sparsifyIndex(t *testing.T, path string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var holes [][2]int64
-	ps := int64(db.Info().PageSize)
-	err = db.View(func(tx *bolt.Tx) error {
-		for id := 2; int64(id)*ps < tx.Size(); id++ {
-			p, err := tx.Page(id)
-			if err != nil {
-				return err
-			}
-			if p != nil && p.Type == "free" {
-				holes = append(holes, [2]int64{int64(id) * ps, ps})
-			}
-		}
-		holes = append(holes, [2]int64{tx.Size(), 1 << 40})
-		return nil
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, h := range holes {
-		if err := syscall.Fallocate(int(f.Fd()), 0x01|0x02, h[0], h[1]); err != nil { // KEEP_SIZE|PUNCH_HOLE
-			t.Fatalf("punch %s [%d,+%d): %v", path, h[0], h[1], err)
-		}
-	}
-	t.Logf("index: %d free pages and the tail punched out", len(holes)-1)
-}
-
 // logBuffer collects a store's log for the test to read.
 type logBuffer struct {
 	mu sync.Mutex
@@ -249,7 +130,8 @@ func TestFullDisk(t *testing.T) {
 }
 
 func testFullDisk(t *testing.T, kind string) {
-	mnt := smallFS(t, kind, 16<<20)
+	requireRoot(t)
+	mnt := testutil.SmallFS(t, kind, 16<<20)
 	dir := filepath.Join(mnt, "store")
 	if err := store.Init(dir, 16384); err != nil {
 		t.Fatal(err)
@@ -305,7 +187,7 @@ func testFullDisk(t *testing.T, kind string) {
 		t.Fatalf("after failed puts: %v", err)
 	}
 	filler := filepath.Join(mnt, "filler")
-	fillUp(t, filler)
+	testutil.Fill(t, filler)
 
 	// A put on the full disk fails cleanly.
 	b := randBytes(50_000, 9999)
@@ -330,7 +212,7 @@ func testFullDisk(t *testing.T, kind string) {
 		delete(files, name)
 	}
 	remove(take())
-	fillUp(t, filler)
+	testutil.Fill(t, filler)
 	victim := take()
 	d, err := s.Stat(path.Dir(victim))
 	if err != nil {
@@ -340,7 +222,7 @@ func testFullDisk(t *testing.T, kind string) {
 		t.Fatalf("unlink on a full disk: %v", err)
 	}
 	delete(files, victim)
-	fillUp(t, filler)
+	testutil.Fill(t, filler)
 	src, dst := take(), take()
 	if err := s.Rename(src, dst); err != nil {
 		t.Fatalf("rename over a file on a full disk: %v", err)
@@ -348,7 +230,7 @@ func testFullDisk(t *testing.T, kind string) {
 	files[dst] = files[src]
 	delete(files, src)
 	names = append(names, dst)
-	fillUp(t, filler)
+	testutil.Fill(t, filler)
 	// Empty a directory and remove it.
 	ents, err := s.List("d1")
 	if err != nil {
@@ -356,7 +238,7 @@ func testFullDisk(t *testing.T, kind string) {
 	}
 	for _, e := range ents {
 		remove("d1/" + e.Name)
-		fillUp(t, filler)
+		testutil.Fill(t, filler)
 	}
 	if err := s.Remove("d1"); err != nil {
 		t.Fatalf("rmdir on a full disk: %v", err)
@@ -376,8 +258,8 @@ func testFullDisk(t *testing.T, kind string) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	sparsifyIndex(t, filepath.Join(dir, "kvfs.db"))
-	fillUp(t, filler)
+	testutil.SparsifyIndex(t, filepath.Join(dir, "kvfs.db"))
+	testutil.Fill(t, filler)
 	if s, err = store.Open(dir, opts); err != nil {
 		t.Fatalf("reopen on a full disk: %v", err)
 	}
@@ -387,7 +269,7 @@ func testFullDisk(t *testing.T, kind string) {
 		t.Fatal("the orphan's release on the full disk did not use the reserve")
 	}
 	for range 3 {
-		fillUp(t, filler)
+		testutil.Fill(t, filler)
 		remove(take())
 	}
 	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {

@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +39,7 @@ func TestPinRace(t *testing.T) {
 func testPinRace(t *testing.T, verify bool) {
 	const chunk = 4096
 	s := storetest.New(t, storetest.Options{ChunkSize: chunk, Store: store.Options{Verify: verify}})
-	deadline := time.Now().Add(pinRaceDuration(t, 30*time.Second))
+	deadline := time.Now().Add(testutil.StressDuration(t, 30*time.Second))
 	put(t, s, "d/F", pinFile(1, 100_000))
 	var (
 		wg  sync.WaitGroup
@@ -110,24 +110,6 @@ func testPinRace(t *testing.T, verify bool) {
 	if err := bad.err(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// pinRaceDuration is KVFS_STRESS when set (as for the end-to-end tests in
-// tests/stress_test.go), else a short run.
-func pinRaceDuration(t *testing.T, full time.Duration) time.Duration {
-	v := os.Getenv("KVFS_STRESS")
-	switch v {
-	case "":
-		t.Logf("running 3s of %v (KVFS_STRESS=full for the full run)", full)
-		return 3 * time.Second
-	case "full", "long":
-		return full
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		t.Fatalf("KVFS_STRESS=%q: want full, long or a positive Go duration such as 30s", v)
-	}
-	return d
 }
 
 // A pin-race file is a 24-byte header (magic, length, seed) followed by
@@ -210,22 +192,11 @@ func pinVerify(p, want []byte, off int64, seed uint64, n int64, path string, bad
 	}
 	want = want[:len(p)]
 	pinExpect(want, off, seed, n)
-	if bytes.Equal(p, want) {
+	kind, i, zeros, ok := testutil.Mismatch(p, want)
+	if ok {
 		return
 	}
-	i := 0
-	for p[i] == want[i] {
-		i++
-	}
-	end := i
-	for end < len(p) && p[end] == 0 {
-		end++
-	}
-	kind := "wrong bytes"
-	if end > i {
-		kind = "zeroed bytes"
-	}
-	bad.add(kind, fmt.Sprintf("%s (size %d, seed %d): byte %d is %#x, not %#x; %d zero bytes from there", path, n, seed, off+int64(i), p[i], want[i], end-i))
+	bad.add(kind, fmt.Sprintf("%s (size %d, seed %d): byte %d is %#x, not %#x; %d zero bytes from there", path, n, seed, off+int64(i), p[i], want[i], zeros))
 }
 
 // pinReport counts bad outcomes by kind and keeps the first examples.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -130,7 +131,7 @@ func (m *limitedMount) noFdErrors(t *testing.T) {
 // otherwise fewer operations under a lower limit, so that a leak of one
 // descriptor per operation still runs out.
 func fdCounts() (nofile, ops, newFiles int) {
-	if stressFull() {
+	if testutil.StressFull() {
 		return 1024, 50000, 30000
 	}
 	return 256, 1500, 1500

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,9 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func init() {
@@ -95,104 +93,6 @@ func writeFile(path string, b []byte) (acked int, op string, err error) {
 	return acked, "close", f.Close()
 }
 
-// fullFS mounts a filesystem of size bytes, a tmpfs or a loop-mounted
-// ext4 image without root-reserved blocks, unmounted at cleanup.
-func fullFS(t *testing.T, kind string, size int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	var cmds [][]string
-	switch kind {
-	case "tmpfs":
-		cmds = [][]string{{"mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir}}
-	case "ext4":
-		img := filepath.Join(t.TempDir(), "fs.img")
-		if err := os.WriteFile(img, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(img, size); err != nil {
-			t.Fatal(err)
-		}
-		cmds = [][]string{{"mkfs.ext4", "-q", "-F", "-m", "0", img}, {"mount", "-o", "loop", img, dir}}
-	}
-	for _, c := range cmds {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(c, " "), err, out)
-		}
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", dir, err, out)
-			exec.Command("umount", "-l", dir).Run()
-		}
-	})
-	return dir
-}
-
-// fillDisk appends to the file filler, beside the store, until its
-// filesystem has no byte left, as another program on the disk would.
-func fillDisk(t *testing.T, filler string) {
-	t.Helper()
-	f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, n := range []int{1 << 16, 4096, 512, 1} {
-		b := bytes.Repeat([]byte{0x5a}, n)
-		for {
-			if _, err := f.Write(b); errors.Is(err, syscall.ENOSPC) {
-				break
-			} else if err != nil {
-				t.Fatalf("fill %s: %v", filler, err)
-			}
-		}
-	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(filepath.Dir(filler), &st); err != nil || st.Bavail != 0 {
-		t.Fatalf("disk not full after filling: %d blocks free (%v)", st.Bavail, err)
-	}
-}
-
-// sparseIndex punches out the pages of a closed index that hold nothing
-// (its free pages, and its tail past the last page in use): an index that
-// bbolt grew (with truncate, which allocates nothing) is in that state on
-// a disk that filled up before kvfs allocated the index's space. Every
-// page a transaction writes then needs new space.
-func sparseIndex(t *testing.T, path string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := int64(db.Info().PageSize)
-	var holes [][2]int64
-	err = db.View(func(tx *bolt.Tx) error {
-		for id := 2; int64(id)*ps < tx.Size(); id++ {
-			if p, err := tx.Page(id); err != nil {
-				return err
-			} else if p != nil && p.Type == "free" {
-				holes = append(holes, [2]int64{int64(id) * ps, ps})
-			}
-		}
-		holes = append(holes, [2]int64{tx.Size(), 1 << 40})
-		return nil
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, h := range holes {
-		if err := syscall.Fallocate(int(f.Fd()), 0x01|0x02, h[0], h[1]); err != nil { // KEEP_SIZE|PUNCH_HOLE
-			t.Fatalf("punch %s [%d,+%d): %v", path, h[0], h[1], err)
-		}
-	}
-}
-
 // fillFile is a file the fill client wrote.
 type fillFile struct {
 	name  string
@@ -249,7 +149,7 @@ func TestFullDisk(t *testing.T) {
 
 func testFullDiskMount(t *testing.T, kind string) {
 	requireRoot(t)
-	disk := fullFS(t, kind, 24<<20)
+	disk := testutil.SmallFS(t, kind, 24<<20)
 	m := &mount{store: filepath.Join(disk, "store"), mnt: filepath.Join(t.TempDir(), "mnt")}
 	if err := os.Mkdir(m.mnt, 0o755); err != nil {
 		t.Fatal(err)
@@ -284,7 +184,7 @@ func testFullDiskMount(t *testing.T, kind string) {
 		t.Fatalf("%d files stored, %d failed: the disk did not fill as planned", len(stored), len(failed))
 	}
 	filler := filepath.Join(disk, "filler")
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	if s, f := runFill(t, m, 1000, "100000"); len(s) != 0 || len(f) != 1 {
 		t.Fatalf("on the full disk: %d stored, %d failed", len(s), len(f))
 	}
@@ -312,13 +212,13 @@ func testFullDiskMount(t *testing.T, kind string) {
 	if len(big) < 6 || len(byDir[0]) < 1 || len(byDir[2]) < 3 {
 		t.Fatalf("not the files planned: %d big, %d in d0, %d in d2", len(big), len(byDir[0]), len(byDir[2]))
 	}
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	sh(t, fmt.Sprintf("rm %s %s", m.path(big[0].name), m.path("d0/snap-300.mlxkv")))
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	sh(t, fmt.Sprintf("rm -r %[1]s/d1/* && rmdir %[1]s/d1", m.mnt))
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	sh(t, fmt.Sprintf("mv %s %s", m.path(byDir[2][0].name), m.path(byDir[2][1].name)))
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	kvfs(t, "rm", m.store, big[1].name)
 	gone[big[0].name], gone[big[1].name], gone[byDir[2][0].name], gone[byDir[2][1].name] = true, true, true, true
 
@@ -326,8 +226,8 @@ func testFullDiskMount(t *testing.T, kind string) {
 	// (grown sparse: its free pages hold no space); remove more.
 	kvfs(t, "unmount", m.mnt)
 	waitUnmounted(t, m)
-	sparseIndex(t, filepath.Join(m.store, "kvfs.db"))
-	fillDisk(t, filler)
+	testutil.SparsifyIndex(t, filepath.Join(m.store, "kvfs.db"))
+	testutil.Fill(t, filler)
 	m.start(t, "--log-file", logFile)
 	moved := byDir[2][0]
 	got, err := os.ReadFile(m.path(byDir[2][1].name))
@@ -335,15 +235,15 @@ func testFullDiskMount(t *testing.T, kind string) {
 		t.Fatalf("the file renamed over another does not read back after the remount (%v)", err)
 	}
 	for _, f := range []fillFile{byDir[0][0], byDir[2][2]} {
-		fillDisk(t, filler)
+		testutil.Fill(t, filler)
 		sh(t, "rm "+m.path(f.name))
 		gone[f.name] = true
 	}
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	kvfs(t, "rm", m.store, big[2].name)
 	gone[big[2].name] = true
 	// Emptying a file makes room too (truncate(2) by path).
-	fillDisk(t, filler)
+	testutil.Fill(t, filler)
 	if err := os.Truncate(m.path(big[3].name), 0); err != nil {
 		t.Fatalf("truncate on a full disk: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -217,22 +218,11 @@ func icVerify(r *icReport, what string, p, scratch []byte, off int64, h icHeader
 	}
 	want := scratch[:len(p)]
 	icExpect(want, off, h)
-	if bytes.Equal(p, want) {
+	kind, i, zeros, ok := testutil.Mismatch(p, want)
+	if ok {
 		return true
 	}
-	i := 0
-	for p[i] == want[i] {
-		i++
-	}
-	end := i
-	for end < len(p) && p[end] == 0 {
-		end++
-	}
-	kind := "wrong bytes"
-	if end > i {
-		kind = "zeroed bytes"
-	}
-	r.bad(kind, "%s (length %d, seed %d): byte %d is %#x, not %#x; %d zero bytes from there", what, h.length, h.seed, off+int64(i), p[i], want[i], end-i)
+	r.bad(kind, "%s (length %d, seed %d): byte %d is %#x, not %#x; %d zero bytes from there", what, h.length, h.seed, off+int64(i), p[i], want[i], zeros)
 	return false
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -41,7 +42,7 @@ func TestRenameOverReaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMount(t, tc.mountArgs...)
-			d := stressDuration(t, 30*time.Second)
+			d := testutil.StressDuration(t, 30*time.Second)
 			icPut(t, m.path("F"), 1)
 			p := newICProcs(t, m, d)
 			p.client("iwrite", tc.flags, "2", m.path("F"))
@@ -69,7 +70,7 @@ func TestAttrsAfterCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMount(t)
-			d := stressDuration(t, 30*time.Second)
+			d := testutil.StressDuration(t, 30*time.Second)
 			dir := m.path("dir")
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				t.Fatal(err)
@@ -93,7 +94,7 @@ func TestAttrsAfterCommit(t *testing.T) {
 // builds the daemon with -race then).
 func TestReadWriteListStress(t *testing.T) {
 	m := newMount(t)
-	d := stressDuration(t, 60*time.Second)
+	d := testutil.StressDuration(t, 60*time.Second)
 	dirs := []string{m.path("d0"), m.path("d1")}
 	var stable, volatile []string
 	for _, dir := range dirs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/kvfs/kvfs/internal/testutil"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -244,7 +245,7 @@ func TestReadProperty(t *testing.T) {
 			if lim := daemonPipeMax(t, m); lim < 2<<20 {
 				t.Fatalf("the daemon splices within %d-byte pipes; kvfs mount should have raised the limit to 2 MiB", lim)
 			}
-			readProperty(t, m, stressDuration(t, 30*time.Second), args...)
+			readProperty(t, m, testutil.StressDuration(t, 30*time.Second), args...)
 		})
 	}
 }
@@ -282,7 +283,7 @@ func TestReadAtDefaultPipeLimit(t *testing.T) {
 	if out, err := runReadPlan(t, p); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	readProperty(t, m, stressDuration(t, 30*time.Second), args...)
+	readProperty(t, m, testutil.StressDuration(t, 30*time.Second), args...)
 }
 
 // freeAddr is a local TCP address that was free a moment ago.

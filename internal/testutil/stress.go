@@ -1,4 +1,4 @@
-package tests
+package testutil
 
 import (
 	"os"
@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// stressDuration is how long a race or stress test runs: full (the length
+// StressDuration is how long a race or stress test runs: full (the length
 // its documentation asks for) when KVFS_STRESS is full or long, as CI sets
 // it; KVFS_STRESS as a Go duration when it is one; and short otherwise,
 // long enough to exercise every path once.
-func stressDuration(t testing.TB, full time.Duration) time.Duration {
+func StressDuration(t testing.TB, full time.Duration) time.Duration {
 	t.Helper()
 	v := os.Getenv("KVFS_STRESS")
 	switch v {
@@ -27,8 +27,8 @@ func stressDuration(t testing.TB, full time.Duration) time.Duration {
 	return d
 }
 
-// stressFull reports whether the full-size stress pass runs
+// StressFull reports whether the full-size stress pass runs
 // (KVFS_STRESS=full), for tests whose size is a count rather than a
 // duration. CI runs it once, without the race detector; KVFS_STRESS=long
 // (under the race detector) runs durations at full length, counts short.
-func stressFull() bool { return os.Getenv("KVFS_STRESS") == "full" }
+func StressFull() bool { return os.Getenv("KVFS_STRESS") == "full" }
