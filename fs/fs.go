@@ -98,6 +98,9 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		EntryTimeout:    &opts.Timeout,
 		AttrTimeout:     &opts.Timeout,
 		NegativeTimeout: &neg,
+		// Modes are the caller's: go-fuse would turn a mode of 0000 into
+		// 0644 (0755 for a directory).
+		NullPermissions: true,
 		Logger:          golog,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
 		MountOptions: fuse.MountOptions{

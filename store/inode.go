@@ -195,7 +195,7 @@ func (s *Store) CreateAt(parent uint64, name string, perm fs.FileMode, o Owner) 
 		}
 		now := time.Now().UnixNano()
 		var empty manifest.Manifest
-		n := &manifest.Inode{Ino: ino, Mode: perm.Perm(), Mtime: now, Ctime: now, UID: o.UID, GID: o.GID,
+		n := &manifest.Inode{Ino: ino, Mode: modeBits(perm), Mtime: now, Ctime: now, UID: o.UID, GID: o.GID,
 			Parent: parent, Name: name, ManifestID: empty.ID(), Kind: kindPlain}
 		if err := tx.PutInode(n); err != nil {
 			return nil, err
@@ -398,16 +398,24 @@ type FSStats struct {
 	Bsize                 uint32
 }
 
-// StatFS reports the space of the filesystem holding the store and the
-// number of inodes in the store.
+// freeInodes is the count of inodes statfs reports free: the store has no
+// inode table to run out of (inode numbers are 64-bit), so a large
+// constant, which tools such as df -i show as the capacity left.
+const freeInodes = 1 << 32
+
+// StatFS reports the space of the filesystem holding the store, and its
+// inodes: Files in all (the store's, used, plus freeInodes) and Ffree free,
+// so that used = Files - Ffree is the store's count.
 func (s *Store) StatFS() (*FSStats, error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(s.dir, &st); err != nil {
 		return nil, fmt.Errorf("statfs %s: %w", s.dir, err)
 	}
-	out := &FSStats{Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail, Bsize: uint32(st.Bsize), Ffree: 1 << 40}
+	out := &FSStats{Blocks: st.Blocks, Bfree: st.Bfree, Bavail: st.Bavail, Bsize: uint32(st.Bsize), Ffree: freeInodes}
+	var used uint64
 	s.db.View(func(tx *manifest.Tx) error {
-		return tx.ForEachInode(func(*manifest.Inode) error { out.Files++; return nil })
+		return tx.ForEachInode(func(*manifest.Inode) error { used++; return nil })
 	})
+	out.Files = used + freeInodes
 	return out, nil
 }

@@ -15,6 +15,13 @@ import (
 // a leading "/" is allowed, "." and ".." components are not (a store path
 // never escapes the root, and means one thing).
 
+// modeBits keeps of a mode given at creation the permission bits and the
+// set-user-ID, set-group-ID and sticky bits, as asked for (the kernel has
+// applied the umask).
+func modeBits(m fs.FileMode) fs.FileMode {
+	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
 // MaxNameBytes is the longest name of a directory entry, as Linux's
 // NAME_MAX (statfs reports it).
 const MaxNameBytes = 255
@@ -141,7 +148,7 @@ func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*mani
 		return nil, err
 	}
 	now := time.Now().UnixNano()
-	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | perm.Perm(), Mtime: now, Ctime: now, Parent: parent, Name: name}
+	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | modeBits(perm), Mtime: now, Ctime: now, Parent: parent, Name: name}
 	if err := tx.PutInode(n); err != nil {
 		return nil, err
 	}
