@@ -93,6 +93,9 @@ func (s *Store) Put(ctx context.Context, src io.ReaderAt, size int64, path strin
 	if err == nil && len(comps) == 0 {
 		err = manifest.ErrIsDir
 	}
+	if err == nil {
+		err = creatable(comps)
+	}
 	if err != nil {
 		return nil, nil, pathErr("put", path, err)
 	}

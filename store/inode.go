@@ -173,6 +173,11 @@ func checkName(tx *manifest.Tx, parent uint64, name string) error {
 	if err := validName(name); err != nil {
 		return err
 	}
+	if parent == manifest.RootIno {
+		if err := creatable([]string{name}); err != nil {
+			return err
+		}
+	}
 	if _, err := dirInode(tx, parent); err != nil {
 		return err
 	}

@@ -15,6 +15,20 @@ import (
 // a leading "/" is allowed, "." and ".." components are not (a store path
 // never escapes the root, and means one thing).
 
+// ReservedName is the name at the root that a mount shows its virtual
+// tree under (/.kvfs): no entry of the store may take it, or the mount
+// would hide it.
+const ReservedName = ".kvfs"
+
+// creatable checks that comps may name a new entry: not the reserved name
+// at the root.
+func creatable(comps []string) error {
+	if len(comps) > 0 && comps[0] == ReservedName {
+		return fmt.Errorf("%w: /%s is reserved for the mount's virtual tree", fs.ErrInvalid, ReservedName)
+	}
+	return nil
+}
+
 // modeBits keeps of a mode given at creation the permission bits and the
 // set-user-ID, set-group-ID and sticky bits, as asked for (the kernel has
 // applied the umask).
@@ -255,6 +269,9 @@ func (s *Store) Mkdir(path string, perm fs.FileMode, parents bool) error {
 	if err == nil && len(comps) == 0 {
 		err = fs.ErrExist
 	}
+	if err == nil {
+		err = creatable(comps)
+	}
 	if err != nil {
 		return pathErr("mkdir", path, err)
 	}
@@ -385,6 +402,9 @@ func (s *Store) Rename(oldpath, newpath string) error {
 		return pathErr("rename", oldpath, err)
 	}
 	nc, err := splitPath(newpath)
+	if err == nil {
+		err = creatable(nc)
+	}
 	if err != nil {
 		return pathErr("rename", newpath, err)
 	}
@@ -424,6 +444,11 @@ func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nn
 	}
 	if err := validName(nname); err != nil {
 		return nil, err
+	}
+	if np == manifest.RootIno {
+		if err := creatable([]string{nname}); err != nil {
+			return nil, err
+		}
 	}
 	src, err := child(tx, op, oname)
 	if err != nil {
