@@ -60,8 +60,21 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, d.fsys.errno("lookup", err)
 	}
 	ch := d.child(ctx, name, fi, out)
-	if locked != nil && ch.Operations() == locked && locked.storeIno() == fi.Ino {
-		locked.writtenAttr(&out.Attr)
+	if f, ok := ch.Operations().(*fileNode); ok {
+		switch {
+		case f == locked:
+			if f.storeIno() == fi.Ino {
+				f.writtenAttr(&out.Attr)
+			}
+		case locked == nil:
+			// The file's node under another name (renamed through the
+			// control socket while written here).
+			f.mu.Lock()
+			if f.storeIno() == fi.Ino {
+				f.writtenAttr(&out.Attr)
+			}
+			f.mu.Unlock()
+		}
 	}
 	return ch, 0
 }
@@ -83,7 +96,7 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	}
 	list := make([]fuse.DirEntry, 0, len(ents))
 	for _, e := range ents {
-		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: unixMode(e.Mode)})
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.ID, Mode: unixMode(e.Mode)})
 	}
 	return gofs.NewListDirStream(list), 0
 }

@@ -88,14 +88,14 @@ func owner(ctx context.Context) store.Owner {
 	return store.Owner{}
 }
 
-// child returns the go-fuse inode for a store entry: the existing child
-// node when it still shows that entry, else a new one.
+// child returns the go-fuse inode for a store entry: the existing node of
+// that file (its identity, the inode number users see, which commits
+// keep), else a new one. go-fuse keeps one node per inode number, so a
+// file found under a new name (renamed) is the node it was.
 func (n *node) child(ctx context.Context, name string, fi *store.FileInfo, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(fi, &out.Attr)
-	if ch := n.GetChild(name); ch != nil {
-		if op, ok := ch.Operations().(interface{ storeIno() uint64 }); ok && op.storeIno() == fi.Ino {
-			return ch
-		}
+	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Ino == fi.ID {
+		return ch
 	}
 	var ops gofs.InodeEmbedder
 	mode := uint32(syscall.S_IFREG)
@@ -108,7 +108,7 @@ func (n *node) child(ctx context.Context, name string, fi *store.FileInfo, out *
 		f.ino.Store(fi.Ino)
 		ops = f
 	}
-	return n.NewInode(ctx, ops, gofs.StableAttr{Mode: mode, Ino: fi.Ino})
+	return n.NewInode(ctx, ops, gofs.StableAttr{Mode: mode, Ino: fi.ID})
 }
 
 func (n *node) storeIno() uint64 { return n.ino.Load() }

@@ -46,6 +46,7 @@ const (
 	tagBlob       = 12 // bytes
 	tagLayout     = 13 // bytes
 	tagXattrs     = 14 // (nameLen:uvarint name valueLen:uvarint value)+, names ascending
+	tagIdentity   = 15 // uint64, when not the inode's own number
 )
 
 // Bounds of an inode record's variable fields. Values follow Linux
@@ -121,6 +122,9 @@ func marshalInode(n *Inode) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(x)))
 		b = append(b, x...)
 	}
+	if n.Identity != n.Ino {
+		fixed(tagIdentity, n.Identity, 8)
+	}
 	if len(b) > maxInodeBytes {
 		return nil, fmt.Errorf("encode inode %d: %w: %d bytes", n.Ino, ErrBadInode, len(b))
 	}
@@ -185,6 +189,9 @@ func unmarshalInode(ino uint64, b []byte) (*Inode, error) {
 		err = n.decodeV1(b[1:])
 	default:
 		err = fmt.Errorf("unknown encoding version %d", b[0])
+	}
+	if err == nil && n.Identity == ino {
+		err = errors.New("identity field holds the inode's own number") // never encoded
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inode %d: %w: %w", ino, ErrBadInode, err)
@@ -277,7 +284,7 @@ func (n *Inode) setField(tag int, v []byte) error {
 	switch tag {
 	case tagMode, tagUID, tagGID:
 		x, err = fixed(4)
-	case tagSize, tagMtime, tagCtime, tagParent:
+	case tagSize, tagMtime, tagCtime, tagParent, tagIdentity:
 		x, err = fixed(8)
 	}
 	if err != nil {
@@ -318,6 +325,8 @@ func (n *Inode) setField(tag int, v []byte) error {
 		n.Layout = string(v)
 	case tagXattrs:
 		return n.decodeXattrs(v)
+	case tagIdentity:
+		n.Identity = x
 	default:
 		return errors.New("unknown field")
 	}

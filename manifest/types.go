@@ -42,6 +42,19 @@ type Inode struct {
 	// root and for orphans.
 	Parent uint64 `json:"parent,omitempty"`
 	Name   string `json:"name,omitempty"`
+	// Identity is the file's inode number as users see it (st_ino): the
+	// number of its first version, kept by every commit of new content,
+	// which gets a new inode of its own. 0 in records of stores made
+	// before it, and then the inode's own number (see ID).
+	Identity uint64 `json:"-"`
+}
+
+// ID is the file's identity: Identity, or the inode's own number.
+func (n *Inode) ID() uint64 {
+	if n.Identity != 0 {
+		return n.Identity
+	}
+	return n.Ino
 }
 
 // IsDir reports whether the inode is a directory.

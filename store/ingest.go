@@ -384,8 +384,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout,
 			Parent: parent, Name: name, UID: in.opts.UID, GID: in.opts.GID}
 		if prev != nil && in.target != 0 {
-			// A new version of the same file keeps its attributes.
+			// A new version of the same file keeps its attributes and
+			// its identity.
 			n.Mode, n.UID, n.GID, n.Xattrs = prev.Mode, prev.UID, prev.GID, prev.Xattrs
+			n.Identity = prev.ID()
 		}
 		n.Blob = in.blobSum
 		if err := tx.PutInode(n); err != nil {

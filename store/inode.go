@@ -121,7 +121,7 @@ func (s *Store) ReadDir(ino uint64) ([]*FileInfo, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, &FileInfo{Name: e.Name, Ino: n.Ino, Mode: n.Mode, Size: n.Size, Mtime: time.Unix(0, n.Mtime)})
+			out = append(out, &FileInfo{Name: e.Name, Ino: n.Ino, ID: n.ID(), Mode: n.Mode, Size: n.Size, Mtime: time.Unix(0, n.Mtime)})
 		}
 		return nil
 	})

@@ -171,9 +171,12 @@ func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*mani
 
 // FileInfo describes a committed file or a directory.
 type FileInfo struct {
-	Path  string
-	Name  string
+	Path string
+	Name string
+	// Ino is the inode of this committed version; ID the file's identity,
+	// its inode number for users, kept across commits (manifest.Inode.ID).
 	Ino   uint64
+	ID    uint64
 	Mode  fs.FileMode
 	Size  int64
 	Mtime time.Time
@@ -192,7 +195,7 @@ type FileInfo struct {
 func (fi *FileInfo) IsDir() bool { return fi.Mode.IsDir() }
 
 func info(path, name string, n *manifest.Inode) *FileInfo {
-	return &FileInfo{Path: path, Name: name, Ino: n.Ino, Mode: n.Mode, Size: n.Size,
+	return &FileInfo{Path: path, Name: name, Ino: n.Ino, ID: n.ID(), Mode: n.Mode, Size: n.Size,
 		Mtime: time.Unix(0, n.Mtime), Kind: n.Kind, ManifestID: n.ManifestID}
 }
 

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -98,4 +100,114 @@ func TestStatfsInodes(t *testing.T) {
 	if st.Namelen != 255 {
 		t.Errorf("statfs: name length %d, want 255", st.Namelen)
 	}
+}
+
+// TestInodeNumbersStable: a file's inode number is the same from stat,
+// fstat and readdir, and stays the same across appends, rewrites in place,
+// truncation, renames and a remount, as on a local disk (find -inum, tar,
+// rsync -H and backup tools rely on it); another file has another one.
+func TestInodeNumbersStable(t *testing.T) {
+	m := newMount(t)
+	for _, dir := range []string{t.TempDir(), m.mnt} {
+		f := filepath.Join(dir, "f")
+		if err := os.WriteFile(f, []byte("one"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := inoOf(t, f)
+		check := func(step, path string) {
+			t.Helper()
+			if got := inoOf(t, path); got != want {
+				t.Errorf("%s: after %s, stat says inode %d, want %d", dir, step, got, want)
+			}
+			ents, err := os.ReadDir(filepath.Dir(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() == filepath.Base(path) {
+					fi, err := e.Info()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := fi.Sys().(*syscall.Stat_t).Ino; got != want {
+						t.Errorf("%s: after %s, readdir says inode %d, want %d", dir, step, got, want)
+					}
+				}
+			}
+			var direct []byte
+			if d, err := os.Open(filepath.Dir(path)); err == nil {
+				buf := make([]byte, 8192)
+				n, _ := syscall.ReadDirent(int(d.Fd()), buf)
+				direct = buf[:n]
+				d.Close()
+			}
+			if ino, ok := direntIno(direct, filepath.Base(path)); !ok || ino != want {
+				t.Errorf("%s: after %s, getdents says inode %d (%v), want %d", dir, step, ino, ok, want)
+			}
+		}
+		a, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Write([]byte(" two"))
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(a.Fd()), &st); err != nil || st.Ino != want {
+			t.Errorf("%s: fstat of the appending descriptor: inode %d (%v), want %d", dir, st.Ino, err, want)
+		}
+		a.Close()
+		check("an append", f)
+		if err := os.WriteFile(f, []byte("rewritten"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check("a rewrite in place", f)
+		if err := os.Truncate(f, 3); err != nil {
+			t.Fatal(err)
+		}
+		check("a truncate", f)
+		g := filepath.Join(dir, "g")
+		if err := os.Rename(f, g); err != nil {
+			t.Fatal(err)
+		}
+		check("a rename", g)
+		if err := os.WriteFile(f, []byte("another"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if inoOf(t, f) == want {
+			t.Errorf("%s: a new file has the inode number of another", dir)
+		}
+		if dir == m.mnt {
+			sh(t, kvfsBin+" unmount "+m.mnt)
+			m.start(t)
+			check("a remount", g)
+		}
+	}
+}
+
+func inoOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// direntIno finds name in a getdents buffer and returns its inode number.
+func direntIno(buf []byte, name string) (uint64, bool) {
+	for len(buf) >= 19 {
+		ino := binary.LittleEndian.Uint64(buf[0:])
+		reclen := int(binary.LittleEndian.Uint16(buf[16:]))
+		if reclen == 0 || reclen > len(buf) {
+			break
+		}
+		n := buf[19:reclen]
+		if i := bytes.IndexByte(n, 0); i >= 0 {
+			n = n[:i]
+		}
+		if string(n) == name {
+			return ino, true
+		}
+		buf = buf[reclen:]
+	}
+	return 0, false
 }
