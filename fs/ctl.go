@@ -118,30 +118,22 @@ type mirrorDir struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store directory
-	place
 }
 
-// place is where a node of the view tree was last looked up: its
-// directory and name. The view tree is not told of renames and commits,
-// so each use checks that the place still leads to the node's store inode
-// (see mirrorDir.valid); go-fuse keeps one node per inode number, so a
-// lookup that finds the node at a new place moves it there.
-type place struct {
-	mu   sync.Mutex
-	up   *mirrorDir // nil for the root of the view tree
-	name string
-}
-
-func (p *place) at() (*mirrorDir, string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.up, p.name
-}
-
-func (p *place) move(up *mirrorDir, name string) {
-	p.mu.Lock()
-	p.up, p.name = up, name
-	p.mu.Unlock()
+// placeOf is where a node of the view tree was last looked up, as go-fuse's
+// tree holds it: its directory (nil for the root of the view tree) and its
+// name there. The view tree is not told of renames and commits, so each
+// use checks that the place still leads to the node's store inode (see
+// mirrorDir.valid). go-fuse keeps one node per inode number and records
+// each lookup that finds it as its newest parent, so a renamed file or
+// directory is checked at the place it was last found.
+func placeOf(n *gofs.Inode) (*mirrorDir, string) {
+	name, p := n.Parent()
+	if p == nil {
+		return nil, ""
+	}
+	up, _ := p.Operations().(*mirrorDir)
+	return up, name
 }
 
 // valid reports whether d's place, and its directory's up to the root of
@@ -149,7 +141,7 @@ func (p *place) move(up *mirrorDir, name string) {
 // goneError otherwise.
 func (d *mirrorDir) valid() error {
 	for n := d; ; {
-		up, name := n.at()
+		up, name := placeOf(&n.Inode)
 		if up == nil {
 			return nil
 		}
@@ -195,27 +187,17 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		fillAttr(fi, &out.Attr)
 		out.Mode = syscall.S_IFDIR | 0o555
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
-		md.move(d, name)
-		ch := d.NewInode(ctx, md, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino})
-		if old, ok := ch.Operations().(*mirrorDir); ok && old != md {
-			old.move(d, name)
-		}
-		return ch, 0
+		return d.NewInode(ctx, md, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino}), 0
 	}
 	// A view node shows one committed version: immutable, so its
 	// attributes and pages stay valid while the kernel keeps them.
 	w := &wholeFile{fsys: d.fsys, ino: fi.Ino}
-	w.move(d, name)
-	var a fuse.AttrOut
-	if e := w.Getattr(ctx, nil, &a); e != 0 {
-		return nil, e
+	v, fi, err := w.resolve(ctx, d, fi)
+	if err != nil {
+		return nil, w.viewErrno(err)
 	}
-	out.Attr = a.Attr
-	ch := d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino})
-	if old, ok := ch.Operations().(*wholeFile); ok && old != w {
-		old.move(d, name)
-	}
-	return ch, 0
+	w.attr(v, fi, &out.Attr)
+	return d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino}), 0
 }
 
 func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -239,7 +221,6 @@ type wholeFile struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store file
-	place
 }
 
 // goneError is the version a view node shows, gone (replaced or removed).
@@ -263,7 +244,10 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	// The node shows the version its name led to when it was looked up;
 	// once the name leads elsewhere (a commit, a rename), the kernel must
 	// look it up again.
-	up, name := w.at()
+	up, name := placeOf(&w.Inode)
+	if up == nil {
+		return nil, nil, &goneError{fmt.Errorf("view of inode %d: %w", w.ino, iofs.ErrNotExist)}
+	}
 	if err := up.valid(); err != nil {
 		return nil, nil, err
 	}
@@ -274,6 +258,12 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	if err != nil {
 		return nil, nil, &goneError{err}
 	}
+	return w.resolve(ctx, up, fi)
+}
+
+// resolve returns the resolved snapshot of version fi in directory up (where
+// its blocks/ is), or nil for a file shown as is.
+func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileInfo) (*mlx.WholeView, *store.FileInfo, error) {
 	if fi.Kind != "mlxkv" {
 		return nil, fi, nil
 	}
@@ -308,13 +298,19 @@ func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	if err != nil {
 		return w.viewErrno(err)
 	}
-	fillAttr(fi, &out.Attr)
-	out.Mode = syscall.S_IFREG | 0o444
-	if v != nil {
-		out.Size = uint64(v.Size)
-		out.Blocks = (out.Size + 511) / 512
-	}
+	w.attr(v, fi, &out.Attr)
 	return 0
+}
+
+// attr describes a view: the original's attributes, read-only, with the
+// resolved snapshot's size.
+func (w *wholeFile) attr(v *mlx.WholeView, fi *store.FileInfo, a *fuse.Attr) {
+	fillAttr(fi, a)
+	a.Mode = syscall.S_IFREG | 0o444
+	if v != nil {
+		a.Size = uint64(v.Size)
+		a.Blocks = (a.Size + 511) / 512
+	}
 }
 
 func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -332,7 +328,10 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 		}
 		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
 	}
-	up, _ := w.at()
+	up, _ := placeOf(&w.Inode)
+	if up == nil {
+		return nil, 0, syscall.ESTALE
+	}
 	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: up.ino}}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
