@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -73,6 +75,16 @@ var clients = map[string]func(args []string) error{
 			}
 		}
 		fmt.Println(time.Since(t).Seconds())
+		return nil
+	},
+	// whoami: print the user name of the process's uid (tests of other
+	// users check that a client runs as the user it should).
+	"whoami": func(args []string) error {
+		u, err := user.LookupId(strconv.Itoa(os.Getuid()))
+		if err != nil {
+			return err
+		}
+		fmt.Println(u.Username)
 		return nil
 	},
 	// mmaptouch FILE: map FILE and read one byte of every page; print

@@ -28,6 +28,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Other users run kvfs and clients from here (users_test.go).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	kvfsBin = filepath.Join(dir, "kvfs")
 	args := []string{"build", "-o", kvfsBin}
 	if raceEnabled {
