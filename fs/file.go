@@ -63,12 +63,21 @@ func (f *fileNode) unlock() {
 	}
 }
 
-// writtenAttr sets the size of a file being written in attributes read
-// from the store, which hold its last commit. Called with f.mu held.
+// writtenAttr sets the size and times of a file being written in
+// attributes read from the store, which hold its last commit: stat shows
+// a write's mtime and ctime at once, as a local disk does, not at the
+// commit. Called with f.mu held.
 func (f *fileNode) writtenAttr(a *fuse.Attr) {
-	if f.sp != nil {
-		a.Size = uint64(f.sp.size)
-		a.Blocks = (a.Size + 511) / 512
+	if f.sp == nil {
+		return
+	}
+	a.Size = uint64(f.sp.size)
+	a.Blocks = (a.Size + 511) / 512
+	if f.sp.dirty {
+		a.SetTimes(nil, &f.sp.mtime, nil)
+		if f.sp.ctime.After(a.ChangeTime()) {
+			a.SetTimes(nil, nil, &f.sp.ctime)
+		}
 	}
 }
 
@@ -78,6 +87,33 @@ type spool struct {
 	f     *os.File
 	size  int64
 	dirty bool // changed since the last commit
+	// mtime and ctime are the times the commit gives the new version:
+	// those of the last write or truncation, or the mtime a utimensat set
+	// after it (see keepTimes). Valid while dirty.
+	mtime, ctime time.Time
+}
+
+// modified records a change of the content: the file's mtime and ctime
+// are now, until a utimensat sets the mtime.
+func (sp *spool) modified() {
+	now := time.Now()
+	sp.dirty, sp.mtime, sp.ctime = true, now, now
+}
+
+// keepTimes carries a setattr's times into the pending commit, so that the
+// commit does not overwrite them: cp -p and tar set the times of a file
+// they have written before they close it. A write after this makes the
+// mtime now again (modified), as on a local disk. Called with f.mu held.
+func (f *fileNode) keepTimes(in *fuse.SetAttrIn, fi *store.FileInfo) {
+	if f.sp == nil || !f.sp.dirty {
+		return // nothing to commit: the store has the times
+	}
+	if _, ok := in.GetMTime(); ok {
+		f.sp.mtime = fi.Mtime
+	}
+	if fi.Ctime.After(f.sp.ctime) {
+		f.sp.ctime = fi.Ctime
+	}
 }
 
 // Getattr describes the file as it is now: under f.mu, so that the store
@@ -101,14 +137,17 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			return e
 		}
 	}
+	// Under f.mu, so that the change applies to the inode of the newest
+	// commit and the pending commit then keeps it.
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	fi, e := f.setattr(ctx, in)
 	if e != 0 {
 		return e
 	}
+	f.keepTimes(in, fi)
 	fillAttr(fi, &out.Attr)
-	f.mu.Lock()
 	f.writtenAttr(&out.Attr)
-	f.mu.Unlock()
 	return 0
 }
 
@@ -134,7 +173,8 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 	if err := f.sp.f.Truncate(size); err != nil {
 		return f.fsys.errno("truncate", err)
 	}
-	f.sp.size, f.sp.dirty = size, true
+	f.sp.size = size
+	f.sp.modified()
 	if !temp {
 		return 0
 	}
@@ -218,7 +258,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size,
-		store.CommitOptions{Mtime: start, Adopt: true, Hold: f.held != 0})
+		store.CommitOptions{Mtime: f.sp.mtime, Ctime: f.sp.ctime, Adopt: true, Hold: f.held != 0})
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -321,13 +361,15 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 		}
 		// Truncating a non-empty file is a change to commit; a new
 		// (empty) file is committed already.
-		fi, err := f.fsys.s.StatIno(f.ino.Load())
-		f.sp.dirty = err != nil || fi.Size > 0
+		if fi, err := f.fsys.s.StatIno(f.ino.Load()); err != nil || fi.Size > 0 {
+			f.sp.modified()
+		}
 	} else if trunc && f.sp.size > 0 {
 		if err := f.sp.f.Truncate(0); err != nil {
 			return nil, f.fsys.errno("truncate", err)
 		}
-		f.sp.size, f.sp.dirty = 0, true
+		f.sp.size = 0
+		f.sp.modified()
 	}
 	f.writers++
 	return &writer{f: f}, 0
@@ -503,7 +545,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		f.sp.size = end
 	}
 	if n > 0 {
-		f.sp.dirty = true
+		f.sp.modified()
 	}
 	if err != nil {
 		return uint32(n), f.fsys.errno("write", err)

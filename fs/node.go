@@ -37,14 +37,15 @@ func fillAttr(fi *store.FileInfo, a *fuse.Attr) {
 		a.Nlink = 1
 	}
 	a.Uid, a.Gid = fi.UID, fi.GID
-	m := uint64(fi.Mtime.UnixNano())
-	a.Mtime, a.Mtimensec = m/1e9, uint32(m%1e9)
-	a.Atime, a.Atimensec = a.Mtime, a.Mtimensec
-	c := uint64(fi.Ctime.UnixNano())
-	if fi.Ctime.IsZero() {
-		c = m
+	a.SetTimes(nil, &fi.Mtime, nil)
+	at, ct := fi.Atime, fi.Ctime
+	if at.IsZero() {
+		at = fi.Mtime
 	}
-	a.Ctime, a.Ctimensec = c/1e9, uint32(c%1e9)
+	if ct.IsZero() {
+		ct = fi.Mtime
+	}
+	a.SetTimes(&at, nil, &ct)
 }
 
 // unixMode converts a Go file mode to st_mode bits.
@@ -146,6 +147,9 @@ func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo
 	}
 	if mt, ok := in.GetMTime(); ok {
 		c.Mtime, changed = &mt, true
+	}
+	if at, ok := in.GetATime(); ok {
+		c.Atime, changed = &at, true
 	}
 	if !changed {
 		fi, err := n.fsys.s.StatIno(n.ino.Load())

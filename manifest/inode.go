@@ -47,6 +47,7 @@ const (
 	tagLayout     = 13 // bytes
 	tagXattrs     = 14 // (nameLen:uvarint name valueLen:uvarint value)+, names ascending
 	tagIdentity   = 15 // uint64, when not the inode's own number
+	tagAtime      = 16 // int64: ns since the epoch
 )
 
 // Bounds of an inode record's variable fields. Values follow Linux
@@ -125,6 +126,7 @@ func marshalInode(n *Inode) ([]byte, error) {
 	if n.Identity != n.Ino {
 		fixed(tagIdentity, n.Identity, 8)
 	}
+	fixed(tagAtime, uint64(n.Atime), 8)
 	if len(b) > maxInodeBytes {
 		return nil, fmt.Errorf("encode inode %d: %w: %d bytes", n.Ino, ErrBadInode, len(b))
 	}
@@ -284,7 +286,7 @@ func (n *Inode) setField(tag int, v []byte) error {
 	switch tag {
 	case tagMode, tagUID, tagGID:
 		x, err = fixed(4)
-	case tagSize, tagMtime, tagCtime, tagParent, tagIdentity:
+	case tagSize, tagMtime, tagCtime, tagParent, tagIdentity, tagAtime:
 		x, err = fixed(8)
 	}
 	if err != nil {
@@ -327,6 +329,8 @@ func (n *Inode) setField(tag int, v []byte) error {
 		return n.decodeXattrs(v)
 	case tagIdentity:
 		n.Identity = x
+	case tagAtime:
+		n.Atime = int64(x)
 	default:
 		return errors.New("unknown field")
 	}

@@ -47,6 +47,11 @@ type Inode struct {
 	// which gets a new inode of its own. 0 in records of stores made
 	// before it, and then the inode's own number (see ID).
 	Identity uint64 `json:"-"`
+	// Atime is the access time (ns since the epoch), as utimensat set it:
+	// reads do not change it (see docs/MOUNT.md). 0 in records of stores
+	// made before it, and then the modification time stands in (see
+	// AccessTime).
+	Atime int64 `json:"atime,omitempty"`
 }
 
 // ID is the file's identity: Identity, or the inode's own number.
@@ -55,6 +60,17 @@ func (n *Inode) ID() uint64 {
 		return n.Identity
 	}
 	return n.Ino
+}
+
+// AccessTime is the inode's access time: Atime, or Mtime when Atime is
+// 0 (records of stores made before atimes were stored; an atime set to
+// exactly the epoch reads as the modification time too, since zero
+// values are not encoded).
+func (n *Inode) AccessTime() int64 {
+	if n.Atime != 0 {
+		return n.Atime
+	}
+	return n.Mtime
 }
 
 // IsDir reports whether the inode is a directory.

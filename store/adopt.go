@@ -23,7 +23,11 @@ const adoptShare = 0.5
 
 // CommitOptions qualify CommitIno.
 type CommitOptions struct {
-	Mtime time.Time
+	// Mtime and Ctime are the new version's modification and status
+	// change times: those of the writes it holds, or of a utimensat
+	// after them (so that a time set on an open file survives its
+	// commit, as cp -p and tar need). Zero means now.
+	Mtime, Ctime time.Time
 	// Adopt allows the store to take src, which must be an *os.File in
 	// the store's spool directory, as a pack. If it does (PutStats.Adopted),
 	// the file has been moved and is no longer the caller's to write.

@@ -129,7 +129,8 @@ type ingest struct {
 	// adopt, when set, is the source as a spool file that may become a
 	// pack as it is; fresh are its new chunks, placed after chunking.
 	adopt   *os.File
-	hold    bool // hold the new inode (CommitOptions.Hold)
+	hold    bool      // hold the new inode (CommitOptions.Hold)
+	ctime   time.Time // CommitOptions.Ctime; zero means now
 	fresh   []chunkRef
 	adopted *adoptedPack
 }
@@ -380,14 +381,24 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			return err
 		}
 		now := time.Now().UnixNano()
+		if !in.ctime.IsZero() {
+			now = in.ctime.UnixNano()
+		}
 		n := &manifest.Inode{Ino: ino, Mode: mode, Size: m.Size(), Mtime: mtime.UnixNano(), Ctime: now,
 			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout,
 			Parent: parent, Name: name, UID: in.opts.UID, GID: in.opts.GID}
-		if prev != nil && in.target != 0 {
-			// A new version of the same file keeps its attributes and
-			// its identity.
+		// A new version of the same file keeps its attributes (its
+		// access time too: writing is no access) and its identity; its
+		// directory does not change (the name stays), unlike a new file
+		// or one that replaces another.
+		newVersion := prev != nil && in.target != 0
+		if newVersion {
 			n.Mode, n.UID, n.GID, n.Xattrs = prev.Mode, prev.UID, prev.GID, prev.Xattrs
 			n.Identity = prev.ID()
+			n.Atime = prev.AccessTime()
+			// A chmod or xattr change after the writes this version
+			// holds came later than they did.
+			n.Ctime = max(n.Ctime, prev.Ctime)
 		}
 		n.Blob = in.blobSum
 		if err := tx.PutInode(n); err != nil {
@@ -417,8 +428,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				return err
 			}
 		}
-		if err := touchDir(tx, parent); err != nil {
-			return err
+		if !newVersion {
+			if err := touchDir(tx, parent); err != nil {
+				return err
+			}
 		}
 		fi = info(path.Join(in.comps...), name, n)
 		if in.hold {

@@ -81,7 +81,7 @@ func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, op string, par
 
 func inoInfo(tx *manifest.Tx, n *manifest.Inode) *FileInfo {
 	fi := info(inoPath(tx, n), n.Name, n)
-	fi.Ctime, fi.UID, fi.GID = time.Unix(0, n.Ctime), n.UID, n.GID
+	fi.Ctime, fi.Atime, fi.UID, fi.GID = time.Unix(0, n.Ctime), time.Unix(0, n.AccessTime()), n.UID, n.GID
 	fi.Parent, fi.Blob = n.Parent, n.Blob
 	return fi
 }
@@ -251,11 +251,12 @@ func (s *Store) RenameAt(op uint64, oname string, np uint64, nname string, noRep
 	return nil
 }
 
-// AttrChange is a change of attributes; nil fields stay.
+// AttrChange is a change of attributes; nil fields stay. There is no
+// Ctime: the status change time is the time of the change, always.
 type AttrChange struct {
-	Mode     *fs.FileMode // permission bits
-	UID, GID *uint32
-	Mtime    *time.Time
+	Mode         *fs.FileMode // permission bits
+	UID, GID     *uint32
+	Mtime, Atime *time.Time
 }
 
 // SetAttr changes an inode's attributes.
@@ -274,8 +275,15 @@ func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
 		if c.GID != nil {
 			n.GID = *c.GID
 		}
+		// A record without an atime shows the mtime as its atime: it is
+		// written out before either changes, so that setting one leaves
+		// the other as it was.
+		n.Atime = n.AccessTime()
 		if c.Mtime != nil {
 			n.Mtime = c.Mtime.UnixNano()
+		}
+		if c.Atime != nil {
+			n.Atime = c.Atime.UnixNano()
 		}
 		n.Ctime = time.Now().UnixNano()
 		return n, tx.PutInode(n)
@@ -383,7 +391,7 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		return nil, nil, inoErr("commit", ino, "", err)
 	}
 	in := &ingest{s: s, src: src, size: size, comps: comps, target: ino,
-		opts: PutOptions{Mtime: opts.Mtime}, states: map[blockstore.ID]*chunkState{}}
+		opts: PutOptions{Mtime: opts.Mtime}, ctime: opts.Ctime, states: map[blockstore.ID]*chunkState{}}
 	if f, ok := src.(*os.File); ok && opts.Adopt {
 		in.adopt = f
 	}

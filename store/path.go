@@ -186,6 +186,7 @@ type FileInfo struct {
 	ManifestID string
 	// Set by the inode-level API only.
 	Ctime    time.Time
+	Atime    time.Time
 	UID, GID uint32
 	Parent   uint64
 	Blob     string // sha256 of a blob's content
@@ -366,6 +367,7 @@ func touchDir(tx *manifest.Tx, dir uint64) error {
 	if err != nil {
 		return err
 	}
+	d.Atime = d.AccessTime() // keep it as it was (see manifest.Inode.Atime)
 	d.Mtime = time.Now().UnixNano()
 	d.Ctime = d.Mtime
 	return tx.PutInode(d)
@@ -382,6 +384,7 @@ func (s *Store) dropInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc,
 			return nil, err
 		}
 		n.Parent, n.Name = 0, ""
+		n.Ctime = time.Now().UnixNano() // its link count went to 0
 		if err := tx.PutInode(n); err != nil {
 			return nil, err
 		}
