@@ -26,8 +26,9 @@ var ErrBlobMismatch = errors.New("content does not match the blob name")
 type PutOptions struct {
 	Mode  fs.FileMode // permissions; 0 means 0644
 	Mtime time.Time   // zero means now
-	UID   uint32      // owner of a new file
-	GID   uint32
+	// Owner owns a new file and the parent directories that the put
+	// creates; nil means the store's owner (a put has no calling user).
+	Owner *Owner
 	// Progress, if set, is called with the bytes processed so far.
 	Progress func(done, total int64)
 }
@@ -173,7 +174,7 @@ func (in *ingest) destination(tx *manifest.Tx) (parent uint64, name string, prev
 		}
 		return prev.Parent, prev.Name, prev, nil
 	}
-	if parent, err = parentOf(tx, in.comps, true); err != nil {
+	if parent, err = parentOf(tx, in.comps, in.owner()); err != nil {
 		return 0, "", nil, err
 	}
 	name = in.comps[len(in.comps)-1]
@@ -183,6 +184,14 @@ func (in *ingest) destination(tx *manifest.Tx) (parent uint64, name string, prev
 		}
 	}
 	return parent, name, prev, nil
+}
+
+// owner is who owns what the ingest creates (PutOptions.Owner).
+func (in *ingest) owner() *Owner {
+	if in.opts.Owner != nil {
+		return in.opts.Owner
+	}
+	return &in.s.owner
 }
 
 type hashWriter interface {
@@ -386,7 +395,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		n := &manifest.Inode{Ino: ino, Mode: mode, Size: m.Size(), Mtime: mtime.UnixNano(), Ctime: now,
 			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout,
-			Parent: parent, Name: name, UID: in.opts.UID, GID: in.opts.GID}
+			Parent: parent, Name: name, UID: in.owner().UID, GID: in.owner().GID}
 		// A new version of the same file keeps its attributes (its
 		// access time too: writing is no access) and its identity; its
 		// directory does not change (the name stays), unlike a new file

@@ -140,12 +140,8 @@ func (s *Store) MkdirAt(parent uint64, name string, perm fs.FileMode, o Owner) (
 		if err := checkName(tx, parent, name); err != nil {
 			return nil, err
 		}
-		n, err := mkdir(tx, parent, name, perm)
+		n, err := mkdir(tx, parent, name, perm, o)
 		if err != nil {
-			return nil, err
-		}
-		n.UID, n.GID = o.UID, o.GID
-		if err := tx.PutInode(n); err != nil {
 			return nil, err
 		}
 		return n, touchDir(tx, parent)

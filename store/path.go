@@ -112,13 +112,13 @@ func walkInode(tx *manifest.Tx, comps []string) (*manifest.Inode, error) {
 }
 
 // parentOf resolves the directory that holds the last component of comps,
-// creating missing directories when mkdirs is set.
-func parentOf(tx *manifest.Tx, comps []string, mkdirs bool) (uint64, error) {
+// creating missing directories, owned by *mkdirs, when mkdirs is not nil.
+func parentOf(tx *manifest.Tx, comps []string, mkdirs *Owner) (uint64, error) {
 	ino := manifest.RootIno
 	for _, c := range comps[:len(comps)-1] {
 		next, err := tx.Lookup(ino, c)
-		if errors.Is(err, manifest.ErrNotFound) && mkdirs {
-			n, err := mkdir(tx, ino, c, 0o755)
+		if errors.Is(err, manifest.ErrNotFound) && mkdirs != nil {
+			n, err := mkdir(tx, ino, c, 0o755, *mkdirs)
 			if err != nil {
 				return 0, err
 			}
@@ -156,13 +156,14 @@ func child(tx *manifest.Tx, parent uint64, name string) (*manifest.Inode, error)
 	return tx.Inode(ino)
 }
 
-func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode) (*manifest.Inode, error) {
+func mkdir(tx *manifest.Tx, parent uint64, name string, perm fs.FileMode, o Owner) (*manifest.Inode, error) {
 	ino, err := tx.NextIno()
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now().UnixNano()
-	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | modeBits(perm), Mtime: now, Ctime: now, Parent: parent, Name: name}
+	n := &manifest.Inode{Ino: ino, Mode: fs.ModeDir | modeBits(perm), Mtime: now, Ctime: now, Parent: parent, Name: name,
+		UID: o.UID, GID: o.GID}
 	if err := tx.PutInode(n); err != nil {
 		return nil, err
 	}
@@ -267,7 +268,8 @@ func (s *Store) List(path string) ([]*FileInfo, error) {
 	return out, nil
 }
 
-// Mkdir creates a directory, and its missing parents when parents is set.
+// Mkdir creates a directory, and its missing parents when parents is set,
+// owned by the store's owner.
 func (s *Store) Mkdir(path string, perm fs.FileMode, parents bool) error {
 	comps, err := splitPath(path)
 	if err == nil && len(comps) == 0 {
@@ -280,7 +282,11 @@ func (s *Store) Mkdir(path string, perm fs.FileMode, parents bool) error {
 		return pathErr("mkdir", path, err)
 	}
 	err = s.db.Update(func(tx *manifest.Tx) error {
-		parent, err := parentOf(tx, comps, parents)
+		var mkdirs *Owner
+		if parents {
+			mkdirs = &s.owner
+		}
+		parent, err := parentOf(tx, comps, mkdirs)
 		if err != nil {
 			return err
 		}
@@ -291,7 +297,7 @@ func (s *Store) Mkdir(path string, perm fs.FileMode, parents bool) error {
 			}
 			return fs.ErrExist
 		}
-		_, err = mkdir(tx, parent, name, perm)
+		_, err = mkdir(tx, parent, name, perm, s.owner)
 		return err
 	})
 	if err != nil {
@@ -312,7 +318,7 @@ func (s *Store) Remove(path string) error {
 	}
 	var freed []blockstore.Loc
 	err = s.freeing("remove", func(tx *manifest.Tx) error {
-		parent, err := parentOf(tx, comps, false)
+		parent, err := parentOf(tx, comps, nil)
 		if err != nil {
 			return err
 		}
@@ -420,7 +426,7 @@ func (s *Store) Rename(oldpath, newpath string) error {
 	var freed []blockstore.Loc
 	errPath := oldpath
 	err = s.freeing("rename", func(tx *manifest.Tx) error {
-		op, err := parentOf(tx, oc, false)
+		op, err := parentOf(tx, oc, nil)
 		if err != nil {
 			return err
 		}
@@ -428,7 +434,7 @@ func (s *Store) Rename(oldpath, newpath string) error {
 			return fs.ErrNotExist
 		}
 		errPath = newpath
-		np, err := parentOf(tx, nc, false)
+		np, err := parentOf(tx, nc, nil)
 		if err != nil {
 			return err
 		}

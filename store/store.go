@@ -59,6 +59,9 @@ type Store struct {
 	packBytes int64
 	blobGrace time.Duration
 	reserve   *reserve
+	// owner owns the root and what is created without a calling user
+	// (owner.go).
+	owner Owner
 
 	// beforeCommit, if set (by tests), runs between chunking and commit.
 	beforeCommit func()
@@ -88,8 +91,13 @@ type Store struct {
 }
 
 // Init creates a store in dir (which may exist but must not hold a store)
-// with chunk size chunkSize.
-func Init(dir string, chunkSize int64) error {
+// with chunk size chunkSize, owned by this process's user (see owner.go).
+func Init(dir string, chunkSize int64) error { return InitAs(dir, chunkSize, ProcessOwner()) }
+
+// InitAs is Init with the store's owner o. When o is not this process's
+// owner (root initialising a store for a user), the store's files are
+// given to o, so that o can open and mount it.
+func InitAs(dir string, chunkSize int64, o Owner) error {
 	if chunkSize < 4096 || chunkSize > 64<<20 {
 		return fmt.Errorf("init %s: chunk size %d outside [4 KiB, 64 MiB]", dir, chunkSize)
 	}
@@ -109,8 +117,20 @@ func Init(dir string, chunkSize int64) error {
 	if err != nil {
 		return fmt.Errorf("init %s: %w", dir, err)
 	}
+	err = db.Update(func(tx *manifest.Tx) error { return recordOwner(tx, o) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("init %s: %w", dir, err)
+	}
 	newReserve(dir, 0, slog.New(slog.DiscardHandler)).fill()
-	return db.Close()
+	if o != ProcessOwner() {
+		if err := chownTree(dir, o); err != nil {
+			return fmt.Errorf("init %s: give the store to %d:%d: %w", dir, o.UID, o.GID, err)
+		}
+	}
+	return nil
 }
 
 // Open opens the store in dir and recovers from any crash: pack bytes past
@@ -151,6 +171,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
 	})
+	if err := s.loadOwner(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
 	if err := s.recover(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)

@@ -78,6 +78,11 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usagef("unknown mount option %q", opt)
 		}
 	}
+	if allowOther {
+		if err := checkAllowOther(); err != nil {
+			return err
+		}
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return usagef("--log-level: %v", err)

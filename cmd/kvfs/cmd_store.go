@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,19 +23,38 @@ const progressMinBytes = 64 << 20
 
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var chunk sizeFlag = store.DefaultChunkSize
-	fs := newFlags("init", "[--chunk-size SIZE] STORE", "Create an empty store in the directory STORE (created if missing).\nThe chunk size is fixed for the store's life.", stderr)
+	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] STORE", "Create an empty store in the directory STORE (created if missing).\nThe chunk size is fixed for the store's life. The store's owner (by default\nwho runs init) owns the mount's root and the files stored with put.", stderr)
 	fs.Var(&chunk, "chunk-size", "chunk size C: the unit of deduplication, 4KiB to 64MiB (e.g. 64KiB, 1MiB)")
+	ownerFlag := fs.String("owner", "", "the store's owner, as numeric UID:GID (root initialising a store for a user; the store's files are given to them)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return usagef("want STORE")
 	}
-	if err := store.Init(fs.Arg(0), int64(chunk)); err != nil {
+	owner := store.ProcessOwner()
+	if *ownerFlag != "" {
+		var err error
+		if owner, err = parseOwner(*ownerFlag); err != nil {
+			return usagef("--owner: %v", err)
+		}
+	}
+	if err := store.InitAs(fs.Arg(0), int64(chunk), owner); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "initialised store %s (chunk size %s)\n", fs.Arg(0), formatBytes(int64(chunk)))
 	return nil
+}
+
+// parseOwner parses a numeric UID:GID.
+func parseOwner(s string) (store.Owner, error) {
+	u, g, ok := strings.Cut(s, ":")
+	uid, uerr := strconv.ParseUint(u, 10, 32)
+	gid, gerr := strconv.ParseUint(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil {
+		return store.Owner{}, fmt.Errorf("want numeric UID:GID, not %q", s)
+	}
+	return store.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/kvfs/kvfs/store"
+)
+
+// TestInitOwner: kvfs init records who runs it as the store's owner, or
+// the owner given with --owner, to whom the store's files then belong
+// (root initialising a store for a user).
+func TestInitOwner(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", st)
+	s, err := store.Open(st, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Owner() != store.ProcessOwner() {
+		t.Errorf("owner %v, want the process's %v", s.Owner(), store.ProcessOwner())
+	}
+	s.Close()
+
+	for _, bad := range []string{"1234", "a:b", "1:", ":1", "1:2:3", "-1:2"} {
+		if code, _, _ := runCmd("init", "--owner", bad, filepath.Join(dir, "bad")); code != exitUsage {
+			t.Errorf("init --owner %q: exit %d, want %d", bad, code, exitUsage)
+		}
+	}
+
+	want := store.Owner{UID: 1234, GID: 5678}
+	if os.Geteuid() != 0 {
+		want = store.ProcessOwner() // only root gives files away
+	}
+	st = filepath.Join(dir, "given")
+	mustRun(t, "init", "--owner", formatOwner(want), st)
+	for _, p := range []string{st, filepath.Join(st, "kvfs.db"), filepath.Join(st, "packs")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sys := fi.Sys().(*syscall.Stat_t); sys.Uid != want.UID || sys.Gid != want.GID {
+			t.Errorf("%s owned by %d:%d, want %v", p, sys.Uid, sys.Gid, want)
+		}
+	}
+	s, err = store.Open(st, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Owner() != want {
+		t.Errorf("owner %v, want %v", s.Owner(), want)
+	}
+	root, err := s.StatIno(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.UID != want.UID || root.GID != want.GID {
+		t.Errorf("root directory owned by %d:%d, want %v", root.UID, root.GID, want)
+	}
+}
+
+func formatOwner(o store.Owner) string {
+	return fmt.Sprintf("%d:%d", o.UID, o.GID)
+}
