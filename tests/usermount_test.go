@@ -320,3 +320,28 @@ func TestUserMountAllowOther(t *testing.T) {
 	}
 	u.shOK(t, kvfsBin+" unmount "+m.mnt)
 }
+
+// TestUserStoreServedByRoot: root mounts a user's store (an administrator
+// looking in), writes into it and unmounts; the user's own mount of it
+// afterwards must work: the log, the packs and the index root created stay
+// the user's.
+func TestUserStoreServedByRoot(t *testing.T) {
+	u := otherUser(t)
+	requireFusermount(t)
+	openDevFuse(t)
+	m := newUserStore(t, u)
+	kvfs(t, "mount", m.store, m.mnt)
+	if err := os.WriteFile(m.path("by-root"), []byte("written by root"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kvfs(t, "unmount", m.mnt)
+	out, err := exec.Command("find", m.store, "-not", "-user", u.name).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Errorf("files in %s's store not theirs after root served it: %v\n%s", u.name, err, out)
+	}
+	m.mount(t)
+	if got := u.shOK(t, "cat "+m.path("by-root")); got != "written by root" {
+		t.Fatalf("user read %q", got)
+	}
+	u.shOK(t, "echo mine > "+m.path("by-user"))
+}

@@ -133,6 +133,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		return fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close()
+	if o.logFile == "" {
+		giveLogToStoreOwner(logf, storeDir)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -320,4 +323,20 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return fmt.Errorf("unmount %s: not root and no fusermount3 (apt-get install fuse3)", mnt)
+}
+
+// giveLogToStoreOwner makes the log in a store that root serves for a user
+// the user's, as the store's other files are: a log created by root (0600)
+// would stop the user's own next background mount at "open log".
+func giveLogToStoreOwner(logf *os.File, storeDir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	st, err := os.Stat(storeDir)
+	if err != nil {
+		return // the mount reports the store's problems
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
+		logf.Chown(int(sys.Uid), int(sys.Gid))
+	}
 }
