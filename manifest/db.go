@@ -499,6 +499,18 @@ func (t *Tx) Blob(hash string) (uint64, error) {
 	return binary.BigEndian.Uint64(k[len(hash):]), nil
 }
 
+// BlobInodes calls fn with each inode holding the blob with this hash, in
+// inode order, until fn returns false.
+func (t *Tx) BlobInodes(hash string, fn func(ino uint64) bool) {
+	prefix := []byte(hash)
+	c := t.b(bucketBlobs).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if len(k) == len(hash)+8 && !fn(binary.BigEndian.Uint64(k[len(hash):])) {
+			return
+		}
+	}
+}
+
 func snapKey(layout string, ino uint64) []byte { return append([]byte(layout), u64key(ino)...) }
 
 // AddSnapshot indexes a committed snapshot's tokens under its layout key.
