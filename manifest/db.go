@@ -563,6 +563,17 @@ type BlobRecord struct {
 	Pins       uint32 `json:"pins"`
 	Grace      int64  `json:"grace,omitempty"`
 	HasContent bool   `json:"hasContent"` // its manifest is in blobdata and holds chunk refs
+	// Last is the file that last lost its name while holding the blob:
+	// who could read the blob where it was, once no file holds it.
+	Last *BlobHolder `json:"last,omitempty"`
+}
+
+// BlobHolder is the place and permissions of a file that held a blob.
+type BlobHolder struct {
+	Dir  uint64      `json:"dir"` // the blocks directory it was in
+	Mode fs.FileMode `json:"mode"`
+	UID  uint32      `json:"uid"`
+	GID  uint32      `json:"gid"`
 }
 
 // BlobRecord returns the record of a blob, or ErrNotFound.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"io/fs"
 	"slices"
 
@@ -95,8 +96,10 @@ func (c *Cred) mayReadInode(tx *manifest.Tx, n *manifest.Inode) bool {
 // mayAdopt reports whether c may give the blob hash a name in directory
 // dir: create there (write and search dir, and reach it), and read one of
 // the files that hold the blob where it is, as c could open it. A blob that
-// no file holds any more (kept by a manifest's pin or its grace period) is
-// adopted for the daemon and root only: nothing says who may read it.
+// no file holds any more (kept by a manifest's pin or its grace period: an
+// engine's collect deleted its name) is read where its last file was
+// (BlobRecord.Last), with that file's owner and mode; without that record,
+// only the daemon and root may adopt it.
 func (c *Cred) mayAdopt(tx *manifest.Tx, dir *manifest.Inode, hash string) bool {
 	if c == nil || c.UID == 0 {
 		return true
@@ -110,7 +113,33 @@ func (c *Cred) mayAdopt(tx *manifest.Tx, dir *manifest.Inode, hash string) bool 
 		ok = err == nil && c.mayReadInode(tx, n)
 		return !ok
 	})
-	return ok
+	if ok {
+		return true
+	}
+	r, err := tx.BlobRecord(hash)
+	if err != nil || r.Last == nil {
+		return false
+	}
+	last := &manifest.Inode{Mode: r.Last.Mode, UID: r.Last.UID, GID: r.Last.GID, Parent: r.Last.Dir}
+	return c.mayReadInode(tx, last)
+}
+
+// noteBlobHolder records, when blob file n loses its name, where it was
+// and whose it was (BlobRecord.Last): once no file holds the blob, this
+// says who may adopt it again (mayAdopt).
+func noteBlobHolder(tx *manifest.Tx, n *manifest.Inode) error {
+	if n.Blob == "" || n.Parent == 0 {
+		return nil
+	}
+	r, err := tx.BlobRecord(n.Blob)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.Last = &manifest.BlobHolder{Dir: n.Parent, Mode: n.Mode, UID: n.UID, GID: n.GID}
+	return tx.PutBlobRecord(n.Blob, r)
 }
 
 // MayRead returns nil if c could open inode ino for reading (walk to it

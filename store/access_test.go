@@ -74,6 +74,30 @@ func TestAdoptBlobAccess(t *testing.T) {
 	if got := get(t, s, "u/blocks/"+h); !bytes.Equal(got, block) {
 		t.Fatal("adopted block reads back wrong")
 	}
+	// Once no file holds the blob (its names removed, as an engine's
+	// collect does), who may read it is who could read its last file: the
+	// user, in u/blocks, again; not another user with a directory of
+	// their own.
+	for _, p := range []string{"private/blocks/", "u/blocks/"} {
+		if err := s.Remove(p + h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := &store.Cred{UID: 2000, GID: 2000}
+	if err := s.Mkdir("o/blocks", 0o755, true); err != nil {
+		t.Fatal(err)
+	}
+	setMode("o/blocks", fs.ModeDir|0o755, 2000, 2000)
+	oblocks, _ := s.Stat("o/blocks")
+	if err := adopt(oblocks, other); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("another user adopted a blob whose last file was 0600 the user's: %v", err)
+	}
+	if err := adopt(ublocks, user); err != nil {
+		t.Fatalf("the user could not adopt their own blob again: %v", err)
+	}
+	if err := s.Remove("u/blocks/" + h); err != nil {
+		t.Fatal(err)
+	}
 	// Root adopts anywhere; the daemon (nil) too.
 	if err := adopt(pub, &store.Cred{}); err != nil {
 		t.Fatal(err)

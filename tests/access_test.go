@@ -223,3 +223,32 @@ func TestWholeViewMissingBlock(t *testing.T) {
 		t.Errorf("no error logged naming the file and the block:\n%s", log)
 	}
 }
+
+// TestEngineBlocksRaceOtherUser: the engine's collect race (see
+// TestEngineBlocksRace) run by an ordinary user on an allow_other mount:
+// the blocks a collect deleted before the manifest landed are the user's
+// to find again, through the user's blocks directory and the whole view,
+// and not another user's (root's directory here, which the user may not
+// write).
+func TestEngineBlocksRaceOtherUser(t *testing.T) {
+	u := otherUser(t)
+	m := newMount(t, "-o", "allow_other")
+	m.openToOthers(t)
+	src := absFixture(t, fixtureBase)
+	sh(t, fmt.Sprintf("mkdir -m 0777 %[1]s/shared && chmod 0777 %[1]s/shared && mkdir -p %[1]s/rootblocks/blocks", m.mnt))
+	ns := m.path("shared/fp")
+	u.shOK(t, fmt.Sprintf(`mkdir -p %[2]s/blocks && for f in %[1]s/blocks/*; do h=$(basename $f); cp $f %[2]s/blocks/$h.tmp && chmod 0600 %[2]s/blocks/$h.tmp && mv %[2]s/blocks/$h.tmp %[2]s/blocks/$h; done &&
+		cp %[1]s/%[3]s %[2]s/%[3]s.tmp && rm %[2]s/blocks/* && mv %[2]s/%[3]s.tmp %[2]s/%[3]s`, src, ns, fixtureManifest))
+	if ls := strings.TrimSpace(u.shOK(t, "ls "+ns+"/blocks")); ls != "" {
+		t.Fatalf("the collect left blocks: %q", ls)
+	}
+	u.shOK(t, fmt.Sprintf("cmp %s/%s %s/.kvfs/whole/shared/fp/%s", absFixture(t, fixtureWhole), fixtureManifest, m.mnt, fixtureManifest))
+	h := fixtureBlocks(t)[0]
+	u.shOK(t, fmt.Sprintf("cmp %s/blocks/%s %s/blocks/%s", src, h, ns, h))
+	if out, err := u.sh(fmt.Sprintf("stat %s/%s", m.path("rootblocks/blocks"), h)); err == nil {
+		t.Errorf("user's stat in root's blocks directory: %q", out)
+	}
+	if ls := strings.TrimSpace(sh(t, "ls -A "+m.path("rootblocks/blocks"))); ls != "" {
+		t.Errorf("entries made in root's blocks directory: %q", ls)
+	}
+}
