@@ -54,7 +54,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		defer locked.mu.Unlock()
 	}
 	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
-	if errors.Is(err, iofs.ErrNotExist) {
+	if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
 		// blocks/<sha256> exists for any blob the store holds that the
 		// caller may read, if the caller may create it here.
 		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name, cred(ctx))
