@@ -13,6 +13,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/store"
 )
@@ -45,17 +46,37 @@ func (fsys *FS) ctlNode(ctx context.Context, parent *gofs.Inode) *gofs.Inode {
 }
 
 func (d *ctlDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode, out.Nlink = syscall.S_IFDIR|0o555, 2
+	return d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
+}
+
+// ctlAttr describes a node of the virtual tree that mirrors no file
+// (/.kvfs, /.kvfs/whole, /.kvfs/stats): owned by the root directory's
+// owner, with mode, read-only for everyone (the kernel checks them:
+// default_permissions).
+func (fsys *FS) ctlAttr(a *fuse.Attr, mode uint32) syscall.Errno {
+	fi, err := fsys.s.StatIno(manifest.RootIno)
+	if err != nil {
+		return fsys.errno("getattr "+ctlName, err)
+	}
+	fillAttr(fi, a)
+	a.Mode, a.Size, a.Blocks = mode, 0, 0
+	if mode&syscall.S_IFDIR == 0 {
+		a.Nlink = 1
+	}
 	return 0
 }
 
 func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	switch name {
 	case "stats":
-		out.Mode = syscall.S_IFREG | 0o444
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444); e != 0 {
+			return nil, e
+		}
 		return d.NewInode(ctx, &statsFile{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlStatsIno}), 0
 	case "whole":
-		out.Mode = syscall.S_IFDIR | 0o555
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
+			return nil, e
+		}
 		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: 1}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlWholeIno}), 0
 	}
 	return nil, syscall.ENOENT
@@ -88,7 +109,10 @@ func (f *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	if err != nil {
 		return f.fsys.errno("stats", err)
 	}
-	out.Mode, out.Nlink, out.Size = syscall.S_IFREG|0o444, 1, uint64(len(b))
+	if e := f.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444); e != 0 {
+		return e
+	}
+	out.Size = uint64(len(b))
 	return 0
 }
 
@@ -169,8 +193,11 @@ func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.At
 	if err != nil {
 		return d.fsys.stale("getattr", err)
 	}
-	fillAttr(fi, &out.Attr)
-	out.Mode = syscall.S_IFDIR | 0o555
+	if up, _ := placeOf(&d.Inode); up == nil {
+		// /.kvfs/whole itself, the store's root: read-only.
+		return d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
+	}
+	fillAttr(fi, &out.Attr) // the original's owner and mode
 	return 0
 }
 
@@ -184,8 +211,7 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	out.SetEntryTimeout(entryTimeout)
 	if fi.IsDir() {
-		fillAttr(fi, &out.Attr)
-		out.Mode = syscall.S_IFDIR | 0o555
+		fillAttr(fi, &out.Attr) // the original's owner and mode
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
 		return d.NewInode(ctx, md, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMirror + fi.Ino}), 0
 	}
@@ -229,14 +255,44 @@ type goneError struct{ err error }
 func (e *goneError) Error() string { return e.err.Error() }
 func (e *goneError) Unwrap() error { return e.err }
 
+// brokenViewError is a snapshot that exists but cannot be resolved: a
+// block it lists is missing, or not the caller's to read.
+type brokenViewError struct {
+	path string // the snapshot
+	err  error  // names the block
+}
+
+func (e *brokenViewError) Error() string { return fmt.Sprintf("resolve %s: %v", e.path, e.err) }
+func (e *brokenViewError) Unwrap() error { return e.err }
+
 // viewErrno maps an error of view: ESTALE when the node's version is
-// gone, so that the kernel looks the name up again.
+// gone, so that the kernel looks the name up again; EIO, logged, when the
+// snapshot is there but its blocks are not (never ENOENT: the file
+// exists).
 func (w *wholeFile) viewErrno(err error) syscall.Errno {
 	var gone *goneError
 	if errors.As(err, &gone) {
 		return w.fsys.stale("resolve snapshot", err)
 	}
+	var broken *brokenViewError
+	if errors.As(err, &broken) {
+		return w.fsys.brokenView(broken)
+	}
 	return w.fsys.errno("resolve snapshot", err)
+}
+
+// missingBlock reports an error of a blockSource that means the block is
+// missing for the caller: not in the store, or not the caller's to read.
+func missingBlock(err error) bool {
+	return errors.Is(err, iofs.ErrNotExist) || errors.Is(err, iofs.ErrPermission)
+}
+
+// brokenView logs a snapshot whose view cannot be served, once per request,
+// and answers EIO.
+func (fsys *FS) brokenView(e *brokenViewError) syscall.Errno {
+	fsys.log.Error("whole view of a snapshot: a block is missing", "file", e.path, "err", e.err)
+	fsys.Metrics.countError(syscall.EIO)
+	return syscall.EIO
 }
 
 // view returns the resolved snapshot, or nil for a file shown as is.
@@ -281,11 +337,14 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 	if err != nil || !snap.Blocks() {
 		return nil, fi, nil
 	}
-	src := &blockSource{fsys: w.fsys, dir: up.ino}
+	src := &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}
 	defer src.close()
 	// Finished even if the caller is interrupted: the view is cached for
 	// the next open.
 	v, err := mlx.NewWholeView(context.WithoutCancel(ctx), snap, src)
+	if missingBlock(err) {
+		return nil, nil, &brokenViewError{path: fi.Path, err: err}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -302,11 +361,12 @@ func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	return 0
 }
 
-// attr describes a view: the original's attributes, read-only, with the
-// resolved snapshot's size.
+// attr describes a view: the original's attributes, owner and mode (the
+// kernel checks them: default_permissions) without the write bits, with
+// the resolved snapshot's size.
 func (w *wholeFile) attr(v *mlx.WholeView, fi *store.FileInfo, a *fuse.Attr) {
 	fillAttr(fi, a)
-	a.Mode = syscall.S_IFREG | 0o444
+	a.Mode = syscall.S_IFREG | unixMode(fi.Mode)&^(syscall.S_IFMT|0o222)
 	if v != nil {
 		a.Size = uint64(v.Size)
 		a.Blocks = (a.Size + 511) / 512
@@ -317,7 +377,7 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	v, _, err := w.view(ctx)
+	v, fi, err := w.view(ctx)
 	if err != nil {
 		return nil, 0, w.viewErrno(err)
 	}
@@ -332,14 +392,15 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if up == nil {
 		return nil, 0, syscall.ESTALE
 	}
-	return &wholeReader{v: v, src: &blockSource{fsys: w.fsys, dir: up.ino}}, fuse.FOPEN_KEEP_CACHE, 0
+	return &wholeReader{v: v, path: fi.Path, src: &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // wholeReader reads a resolved snapshot: prefix bytes, block ranges, zeros.
 type wholeReader struct {
-	v   *mlx.WholeView
-	mu  sync.Mutex // guards src's open blocks
-	src *blockSource
+	v    *mlx.WholeView
+	path string     // the snapshot, for errors
+	mu   sync.Mutex // guards src's open blocks
+	src  *blockSource
 }
 
 func (r *wholeReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -358,6 +419,9 @@ func (r *wholeReader) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 			if err == nil {
 				_, err = f.ReadAt(b, p.BlockOff)
 			}
+			if missingBlock(err) {
+				return nil, r.src.fsys.brokenView(&brokenViewError{path: r.path, err: fmt.Errorf("block %s: %w", p.Block, err)})
+			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return nil, r.src.fsys.errno("read block "+p.Block, err)
 			}
@@ -375,11 +439,13 @@ func (r *wholeReader) Release(ctx context.Context) syscall.Errno {
 }
 
 // blockSource opens the blocks of a manifest in directory dir through the
-// store: dir/blocks/<hash>, found as the engine would find it (any blob the
-// store holds).
+// store: dir/blocks/<hash>, found as the engine would find it, and as the
+// engine running as cred could open it (a blob adopted by hash, or a
+// readable file, in a directory cred may search).
 type blockSource struct {
 	fsys *FS
 	dir  uint64
+	cred *store.Cred // the reader; nil: the daemon
 	open map[string]*store.File
 }
 
@@ -393,7 +459,10 @@ func (b *blockSource) file(hash string) (*store.File, error) {
 	}
 	fi, err := b.fsys.s.Lookup(blocks.Ino, hash)
 	if errors.Is(err, iofs.ErrNotExist) {
-		fi, err = b.fsys.s.AdoptBlob(blocks.Ino, hash)
+		fi, err = b.fsys.s.AdoptBlob(blocks.Ino, hash, b.cred)
+	}
+	if err == nil {
+		err = b.fsys.s.MayRead(fi.Ino, b.cred)
 	}
 	if err != nil {
 		return nil, err

@@ -38,7 +38,9 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	if name == ctlName && d.IsRoot() {
-		out.Mode = syscall.S_IFDIR | 0o555
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
+			return nil, e
+		}
 		return d.fsys.ctlNode(ctx, &d.Inode), 0
 	}
 	// A file that this mount writes is locked while it is looked up, so
@@ -52,9 +54,10 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		defer locked.mu.Unlock()
 	}
 	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
-	if errors.Is(err, iofs.ErrNotExist) {
-		// blocks/<sha256> exists for any blob the store holds.
-		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name)
+	if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
+		// blocks/<sha256> exists for any blob the store holds that the
+		// caller may read, if the caller may create it here.
+		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name, cred(ctx))
 	}
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)

@@ -499,6 +499,18 @@ func (t *Tx) Blob(hash string) (uint64, error) {
 	return binary.BigEndian.Uint64(k[len(hash):]), nil
 }
 
+// BlobInodes calls fn with each inode holding the blob with this hash, in
+// inode order, until fn returns false.
+func (t *Tx) BlobInodes(hash string, fn func(ino uint64) bool) {
+	prefix := []byte(hash)
+	c := t.b(bucketBlobs).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if len(k) == len(hash)+8 && !fn(binary.BigEndian.Uint64(k[len(hash):])) {
+			return
+		}
+	}
+}
+
 func snapKey(layout string, ino uint64) []byte { return append([]byte(layout), u64key(ino)...) }
 
 // AddSnapshot indexes a committed snapshot's tokens under its layout key.
@@ -551,6 +563,17 @@ type BlobRecord struct {
 	Pins       uint32 `json:"pins"`
 	Grace      int64  `json:"grace,omitempty"`
 	HasContent bool   `json:"hasContent"` // its manifest is in blobdata and holds chunk refs
+	// Last is the file that last lost its name while holding the blob:
+	// who could read the blob where it was, once no file holds it.
+	Last *BlobHolder `json:"last,omitempty"`
+}
+
+// BlobHolder is the place and permissions of a file that held a blob.
+type BlobHolder struct {
+	Dir  uint64      `json:"dir"` // the blocks directory it was in
+	Mode fs.FileMode `json:"mode"`
+	UID  uint32      `json:"uid"`
+	GID  uint32      `json:"gid"`
 }
 
 // BlobRecord returns the record of a blob, or ErrNotFound.

@@ -22,7 +22,8 @@ import (
 //   - a blob that nothing pins stays for a grace period after its last name
 //     goes, and a manifest committed meanwhile pins it again;
 //   - looking up blocks/<sha256> in any blocks directory finds any blob the
-//     store holds, and gives it a name there.
+//     store holds, and gives it a name there, if the caller may create
+//     there and read one of the blob's files (AdoptBlob).
 //
 // A record with content holds one reference on each of its chunks, like a
 // file's manifest does.
@@ -193,7 +194,13 @@ func (s *Store) ExpireBlobs(now time.Time) (int, error) {
 // blob's content: the engine's existence check for a block succeeds for a
 // block that any namespace wrote, and the block reads back. It fails with
 // fs.ErrNotExist otherwise.
-func (s *Store) AdoptBlob(parent uint64, name string) (*FileInfo, error) {
+//
+// c is the caller (nil: the daemon itself). Adopting is creating a file
+// with another file's content, so c must be allowed both (mayAdopt): to
+// create in parent, and to read the blob where it is; otherwise the blob
+// does not exist for c, and nothing is created. The new entry is c's, as a
+// file c created would be.
+func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error) {
 	if !hex64.MatchString(name) {
 		return nil, inoErr("lookup", parent, name, fs.ErrNotExist)
 	}
@@ -203,7 +210,7 @@ func (s *Store) AdoptBlob(parent uint64, name string) (*FileInfo, error) {
 		d, err := tx.Inode(parent)
 		if err == nil && d.IsDir() && d.Name == "blocks" {
 			r, err := tx.BlobRecord(name)
-			known = err == nil && r.HasContent
+			known = err == nil && r.HasContent && c.mayAdopt(tx, d, name)
 		}
 		return nil
 	})
@@ -234,6 +241,9 @@ func (s *Store) AdoptBlob(parent uint64, name string) (*FileInfo, error) {
 		if err != nil {
 			return err
 		}
+		if !c.mayAdopt(tx, d, name) {
+			return fs.ErrNotExist
+		}
 		m, err := tx.BlobContent(name)
 		if err != nil {
 			return err
@@ -246,7 +256,11 @@ func (s *Store) AdoptBlob(parent uint64, name string) (*FileInfo, error) {
 			return err
 		}
 		now := time.Now().UnixNano()
-		n := &manifest.Inode{Ino: ino, Mode: 0o600, Size: m.Size(), Mtime: now, Ctime: now, UID: d.UID, GID: d.GID,
+		uid, gid := d.UID, d.GID
+		if c != nil {
+			uid, gid = c.UID, c.GID
+		}
+		n := &manifest.Inode{Ino: ino, Mode: 0o600, Size: m.Size(), Mtime: now, Ctime: now, UID: uid, GID: gid,
 			ManifestID: m.ID(), Kind: kindBlob, Blob: name, Parent: parent, Name: name}
 		if err := tx.PutInode(n); err != nil {
 			return err

@@ -62,7 +62,7 @@ func TestBlobLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fi, err := s.AdoptBlob(d.Ino, h)
+		fi, err := s.AdoptBlob(d.Ino, h, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", dir, err)
 		}
@@ -72,11 +72,11 @@ func TestBlobLifecycle(t *testing.T) {
 	}
 	// Not a blob the store holds, or not a blocks directory: not found.
 	d, _ := s.Stat("ns2/blocks")
-	if _, err := s.AdoptBlob(d.Ino, sha256hex([]byte("nothing"))); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := s.AdoptBlob(d.Ino, sha256hex([]byte("nothing")), nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("unknown blob: %v", err)
 	}
 	root, _ := s.Stat("ns2")
-	if _, err := s.AdoptBlob(root.Ino, h); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := s.AdoptBlob(root.Ino, h, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("blob outside a blocks directory: %v", err)
 	}
 
@@ -101,7 +101,7 @@ func TestBlobLifecycle(t *testing.T) {
 	}
 	// A manifest committed in the grace period pins them again.
 	d1, _ := s.Stat("ns1/blocks")
-	if _, err := s.AdoptBlob(d1.Ino, h); err != nil {
+	if _, err := s.AdoptBlob(d1.Ino, h, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ExpireBlobs(time.Now().Add(2 * time.Minute)); err != nil || n != 95 {
@@ -145,7 +145,7 @@ func TestManifestPinsDuringGrace(t *testing.T) {
 	d, _ := s.Stat("ns/blocks")
 	for _, sl := range snap.Header.Slots() {
 		for _, b := range sl.Blocks {
-			if _, err := s.AdoptBlob(d.Ino, b.Hash); err != nil {
+			if _, err := s.AdoptBlob(d.Ino, b.Hash, nil); err != nil {
 				t.Fatal(err)
 			}
 			got := get(t, s, "ns/blocks/"+b.Hash)

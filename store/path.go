@@ -382,6 +382,9 @@ func touchDir(tx *manifest.Tx, dir uint64) error {
 // dropInode handles an inode that lost its only name: released now, or
 // kept as an orphan while it is open.
 func (s *Store) dropInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
+	if err := noteBlobHolder(tx, n); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	open := s.open[n.Ino] > 0
 	s.mu.Unlock()
