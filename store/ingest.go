@@ -367,9 +367,13 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		} else if err := s.checkBlobName(tx, &manifest.Inode{Blob: in.blobSum, Name: name}, dir, name); err != nil {
 			return err
 		}
+		var keep map[string][]byte // the attributes a new version keeps
 		if prev != nil {
 			if prev.IsDir() {
 				return manifest.ErrIsDir
+			}
+			if in.target != 0 {
+				keep = tx.XattrValues(prev.Ino, prev.Xattrs)
 			}
 			if freed, err = s.dropInode(tx, prev); err != nil {
 				return err
@@ -386,8 +390,11 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		if prev != nil && in.target != 0 {
 			// A new version of the same file keeps its attributes and
 			// its identity.
-			n.Mode, n.UID, n.GID, n.Xattrs = prev.Mode, prev.UID, prev.GID, prev.Xattrs
+			n.Mode, n.UID, n.GID = prev.Mode, prev.UID, prev.GID
 			n.Identity = prev.ID()
+			if err := tx.PutXattrs(ino, keep); err != nil {
+				return err
+			}
 		}
 		n.Blob = in.blobSum
 		if err := tx.PutInode(n); err != nil {
