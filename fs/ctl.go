@@ -323,32 +323,37 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 	if fi.Kind != "mlxkv" {
 		return nil, fi, nil
 	}
-	if v := w.fsys.views.get(fi.ManifestID); v != nil {
+	v, hit, err := w.fsys.views.do(ctx, fi.ManifestID, func() (*mlx.WholeView, error) {
+		w.fsys.Metrics.ViewParses.Add(1)
+		f, err := w.fsys.s.OpenIno(w.ino)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		snap, err := mlx.Parse(f, f.Size(), fi.Path)
+		if err != nil || !snap.Blocks() {
+			return nil, nil // shown as it is
+		}
+		// The blocks are read as the caller: one who may not read them
+		// gets EIO, and the failure is not cached.
+		src := &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}
+		defer src.close()
+		// Finished even if the caller is interrupted: the view is
+		// cached for the next open.
+		v, err := mlx.NewWholeView(context.WithoutCancel(ctx), snap, src)
+		if missingBlock(err) {
+			return nil, &brokenViewError{path: fi.Path, err: err}
+		}
+		return v, err
+	})
+	if hit {
 		w.fsys.Metrics.ViewHits.Add(1)
-		return v, fi, nil
-	}
-	w.fsys.Metrics.ViewMisses.Add(1)
-	f, err := w.fsys.s.OpenIno(w.ino)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	snap, err := mlx.Parse(f, f.Size(), fi.Path)
-	if err != nil || !snap.Blocks() {
-		return nil, fi, nil
-	}
-	src := &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}
-	defer src.close()
-	// Finished even if the caller is interrupted: the view is cached for
-	// the next open.
-	v, err := mlx.NewWholeView(context.WithoutCancel(ctx), snap, src)
-	if missingBlock(err) {
-		return nil, nil, &brokenViewError{path: fi.Path, err: err}
+	} else {
+		w.fsys.Metrics.ViewMisses.Add(1)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	w.fsys.views.put(fi.ManifestID, v)
 	return v, fi, nil
 }
 
@@ -492,37 +497,4 @@ func (b *blockSource) close() {
 		f.Close()
 	}
 	b.open = nil
-}
-
-// viewCache keeps resolved snapshots by manifest ID: committed content
-// never changes, so a view stays valid for as long as it is kept.
-type viewCache struct {
-	mu    sync.Mutex
-	views map[string]*mlx.WholeView
-	order []string
-}
-
-const viewCacheSize = 64
-
-func (c *viewCache) get(id string) *mlx.WholeView {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.views[id]
-}
-
-func (c *viewCache) put(id string, v *mlx.WholeView) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.views == nil {
-		c.views = map[string]*mlx.WholeView{}
-	}
-	if _, ok := c.views[id]; ok {
-		return
-	}
-	if len(c.order) >= viewCacheSize {
-		delete(c.views, c.order[0])
-		c.order = c.order[1:]
-	}
-	c.views[id] = v
-	c.order = append(c.order, id)
 }

@@ -61,6 +61,10 @@ func mapErrno(log *slog.Logger, op string, err error) syscall.Errno {
 		return syscall.EPERM
 	case errors.Is(err, store.ErrNoAttr):
 		return syscall.ENODATA
+	case errors.Is(err, store.ErrXattrTooBig):
+		return syscall.E2BIG
+	case errors.Is(err, store.ErrXattrNoSpace):
+		return syscall.ENOSPC
 	}
 	log.Error(op, "err", err)
 	return syscall.EIO

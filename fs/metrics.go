@@ -26,6 +26,7 @@ type Metrics struct {
 	AdoptedSpools atomic.Int64
 	ViewHits      atomic.Int64 // /.kvfs/whole views found resolved
 	ViewMisses    atomic.Int64
+	ViewParses    atomic.Int64 // snapshot headers parsed for /.kvfs/whole
 
 	mu     sync.Mutex // guards errors
 	errors map[syscall.Errno]int64
@@ -72,6 +73,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	c("kvfs_adopted_spools_total", "Commits whose spool became a pack as it was.", m.AdoptedSpools.Load())
 	c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots.", m.ViewHits.Load())
 	c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot.", m.ViewMisses.Load())
+	c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views.", m.ViewParses.Load())
 	m.mu.Lock()
 	var errs []syscall.Errno
 	for e := range m.errors {

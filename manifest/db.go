@@ -33,7 +33,8 @@ var (
 	bucketBlobRecs  = []byte("blobrecs")  // sha256 → BlobRecord (JSON)
 	bucketBlobData  = []byte("blobdata")  // sha256 → Manifest of the blob's content
 	bucketPins      = []byte("pins")      // ino → sha256s (32 bytes each) a format-5 manifest lists
-	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks, bucketBlobRecs, bucketBlobData, bucketPins}
+	bucketXattrs    = []byte("xattrs")    // ino ‖ name → value (see xattr.go)
+	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks, bucketBlobRecs, bucketBlobData, bucketPins, bucketXattrs}
 
 	keyVersion   = []byte("version")
 	keyChunkSize = []byte("chunkSize")
@@ -274,7 +275,8 @@ func (t *Tx) PutInode(n *Inode) error {
 	return t.b(bucketInodes).Put(u64key(n.Ino), v)
 }
 
-// DeleteInode removes an inode with its manifest and index entries. It does
+// DeleteInode removes an inode with its manifest, extended attributes and
+// index entries. It does
 // not release the manifest's chunks; ReleaseManifest does.
 func (t *Tx) DeleteInode(n *Inode) error {
 	if err := t.b(bucketInodes).Delete(u64key(n.Ino)); err != nil {
@@ -292,6 +294,9 @@ func (t *Tx) DeleteInode(n *Inode) error {
 		if err := t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino)); err != nil {
 			return err
 		}
+	}
+	if err := t.DeleteXattrs(n.Ino); err != nil {
+		return err
 	}
 	return t.b(bucketOrphans).Delete(u64key(n.Ino))
 }

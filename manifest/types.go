@@ -22,7 +22,9 @@ type Inode struct {
 	Ctime int64       `json:"ctime"` // ns since the epoch
 	UID   uint32      `json:"uid"`
 	GID   uint32      `json:"gid"`
-	// Xattrs are user extended attributes, by full name ("user.x").
+	// Xattrs are the inline user extended attributes of a legacy record,
+	// by full name ("user.x"). Attributes are kept in their own bucket
+	// now (xattr.go); the store moves these there when it changes one.
 	Xattrs map[string][]byte `json:"xattrs,omitempty"`
 	// ManifestID names the committed content (files only); see
 	// Manifest.ID.

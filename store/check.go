@@ -31,7 +31,8 @@ type CheckOptions struct {
 //     must never exceed what is really dead);
 //   - every name points at an existing inode, every inode but the root and
 //     the orphans has exactly one name, which its own Parent and Name give
-//     byte for byte, and every file's manifest adds up to its size.
+//     byte for byte, and every file's manifest adds up to its size;
+//   - every extended attribute belongs to an existing inode.
 //
 // It reads a consistent snapshot of the index in one transaction.
 func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
@@ -137,6 +138,15 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 				bad("inode %d is named %q in directory %d, but that entry leads to %d (%v)", n.Ino, n.Name, n.Parent, cur, err)
 			} else if want == 0 && n.Name != "" {
 				bad("inode %d has no entry but is named %q in directory %d", n.Ino, n.Name, n.Parent)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.ForEachXattrIno(func(ino uint64) error {
+			if _, err := tx.Inode(ino); err != nil {
+				bad("extended attributes of inode %d, which does not exist: %v", ino, err)
 			}
 			return nil
 		})

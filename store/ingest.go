@@ -377,9 +377,13 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		} else if err := s.checkBlobName(tx, &manifest.Inode{Blob: in.blobSum, Name: name}, dir, name); err != nil {
 			return err
 		}
+		var keep map[string][]byte // the attributes a new version keeps
 		if prev != nil {
 			if prev.IsDir() {
 				return manifest.ErrIsDir
+			}
+			if in.target != 0 {
+				keep = tx.XattrValues(prev.Ino, prev.Xattrs)
 			}
 			if freed, err = s.dropInode(tx, prev); err != nil {
 				return err
@@ -397,17 +401,21 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			ManifestID: m.ID(), Kind: in.plan.kind, Note: in.plan.note, Layout: in.plan.layout,
 			Parent: parent, Name: name, UID: in.owner().UID, GID: in.owner().GID}
 		// A new version of the same file keeps its attributes (its
-		// access time too: writing is no access) and its identity; its
-		// directory does not change (the name stays), unlike a new file
-		// or one that replaces another.
+		// access time too: writing is no access), its extended
+		// attributes and its identity; its directory does not change
+		// (the name stays), unlike a new file or one that replaces
+		// another.
 		newVersion := prev != nil && in.target != 0
 		if newVersion {
-			n.Mode, n.UID, n.GID, n.Xattrs = prev.Mode, prev.UID, prev.GID, prev.Xattrs
+			n.Mode, n.UID, n.GID = prev.Mode, prev.UID, prev.GID
 			n.Identity = prev.ID()
 			n.Atime = prev.AccessTime()
 			// A chmod or xattr change after the writes this version
 			// holds came later than they did.
 			n.Ctime = max(n.Ctime, prev.Ctime)
+			if err := tx.PutXattrs(ino, keep); err != nil {
+				return err
+			}
 		}
 		n.Blob = in.blobSum
 		if err := tx.PutInode(n); err != nil {

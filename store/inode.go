@@ -290,12 +290,46 @@ func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
 var (
 	ErrNoAttr   = errors.New("no such attribute")
 	ErrReadOnly = errors.New("attribute is read-only")
+	// ErrXattrTooBig is a value over MaxXattrValue (E2BIG).
+	ErrXattrTooBig = errors.New("attribute value too large")
+	// ErrXattrNoSpace is a set past the per-file limits (ENOSPC).
+	ErrXattrNoSpace = errors.New("no room for the attribute on this file")
 )
+
+// Limits on a file's extended attributes, like ext4's (docs/MOUNT.md).
+// Linux refuses values over XATTR_SIZE_MAX (64 KiB) itself; the store
+// checks again for callers other than the kernel. A file's names, each
+// with its NUL, must fit in XATTR_LIST_MAX (64 KiB) with room for the
+// computed user.kvfs.* names, or listxattr(2) could never return them
+// (E2BIG whatever the buffer). Names and values together are bounded so
+// that one file cannot grow the index without limit.
+const (
+	MaxXattrValue = 64 << 10
+	MaxXattrNames = 60 << 10  // sum of len(name)+1
+	MaxXattrBytes = 256 << 10 // sum of len(name)+1+len(value)
+)
+
+// xattrs returns the attributes of inode n: those of the xattr bucket,
+// and the inline ones of a legacy record (the bucket's win).
+func xattrs(tx *manifest.Tx, n *manifest.Inode) map[string]int {
+	out := map[string]int{}
+	for k, v := range n.Xattrs {
+		out[k] = len(v)
+	}
+	for _, e := range tx.Xattrs(n.Ino) {
+		out[e.Name] = e.Size
+	}
+	return out
+}
 
 // Xattr returns a user extended attribute.
 func (s *Store) Xattr(ino uint64, name string) ([]byte, error) {
 	var v []byte
 	err := s.db.View(func(tx *manifest.Tx) error {
+		var err error
+		if v, err = tx.Xattr(ino, name); err == nil || !errors.Is(err, manifest.ErrNotFound) {
+			return err
+		}
 		n, err := tx.Inode(ino)
 		if err != nil {
 			return err
@@ -318,7 +352,7 @@ func (s *Store) Xattrs(ino uint64) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		for k := range n.Xattrs {
+		for k := range xattrs(tx, n) {
 			out = append(out, k)
 		}
 		slices.Sort(out)
@@ -334,14 +368,22 @@ const (
 )
 
 // SetXattr sets (value != nil) or removes (value == nil) a user extended
-// attribute.
+// attribute. It writes the one attribute and the inode's ctime; a legacy
+// record's inline attributes move to the xattr bucket first.
 func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error {
+	if len(value) > MaxXattrValue {
+		return fmt.Errorf("setxattr %q of inode %d: %w: %d bytes (at most %d)", name, ino, ErrXattrTooBig, len(value), MaxXattrValue)
+	}
 	return s.db.Update(func(tx *manifest.Tx) error {
 		n, err := tx.Inode(ino)
 		if err != nil {
 			return err
 		}
-		_, exists := n.Xattrs[name]
+		if err := tx.MigrateXattrs(n); err != nil {
+			return err
+		}
+		all := xattrs(tx, n)
+		_, exists := all[name]
 		switch {
 		case value == nil && !exists, flags&XattrReplace != 0 && !exists:
 			return ErrNoAttr
@@ -349,12 +391,23 @@ func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error
 			return fs.ErrExist
 		}
 		if value == nil {
-			delete(n.Xattrs, name)
-		} else {
-			if n.Xattrs == nil {
-				n.Xattrs = map[string][]byte{}
+			if err := tx.DeleteXattr(ino, name); err != nil {
+				return err
 			}
-			n.Xattrs[name] = append([]byte{}, value...)
+		} else {
+			delete(all, name)
+			names, total := len(name)+1, len(name)+1+len(value)
+			for k, size := range all {
+				names += len(k) + 1
+				total += len(k) + 1 + size
+			}
+			if names > MaxXattrNames || total > MaxXattrBytes {
+				return fmt.Errorf("setxattr %q of inode %d: %w: names %d bytes (at most %d), names and values %d bytes (at most %d)",
+					name, ino, ErrXattrNoSpace, names, MaxXattrNames, total, MaxXattrBytes)
+			}
+			if err := tx.PutXattr(ino, name, value); err != nil {
+				return err
+			}
 		}
 		n.Ctime = time.Now().UnixNano()
 		return tx.PutInode(n)

@@ -80,7 +80,14 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 	case inBlocksDir(comps):
 		p.kind = kindBlob
 	case strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
-		snap, err := mlx.Parse(src, size, path.Join(comps...))
+		err := s.caps.checkHeaderLen(src)
+		var snap *mlx.Snapshot
+		if err == nil {
+			snap, err = mlx.Parse(src, size, path.Join(comps...))
+		}
+		if err == nil {
+			err = s.caps.check(snap)
+		}
 		if err != nil {
 			p.note = err.Error()
 			s.log.Info("storing snapshot as a plain file", "path", path.Join(comps...), "reason", err)

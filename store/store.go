@@ -45,6 +45,12 @@ type Options struct {
 	// LRU of idle ones; those in use are never closed); 0 means
 	// blockstore.DefaultMaxOpen.
 	MaxOpenPacks int
+	// MaxSnapshotTokens and MaxSnapshotBlockRefs bound the token list and
+	// the block references the store indexes for one snapshot; larger
+	// snapshots are stored as plain files (caps.go). 0 means
+	// DefaultMaxSnapshotTokens and DefaultMaxSnapshotBlockRefs.
+	MaxSnapshotTokens    int
+	MaxSnapshotBlockRefs int
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -62,6 +68,7 @@ type Store struct {
 	// owner owns the root and what is created without a calling user
 	// (owner.go).
 	owner Owner
+	caps  snapshotCaps
 
 	// beforeCommit, if set (by tests), runs between chunking and commit.
 	beforeCommit func()
@@ -149,6 +156,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
+	if opts.MaxSnapshotTokens <= 0 {
+		opts.MaxSnapshotTokens = DefaultMaxSnapshotTokens
+	}
+	if opts.MaxSnapshotBlockRefs <= 0 {
+		opts.MaxSnapshotBlockRefs = DefaultMaxSnapshotBlockRefs
+	}
 	rsv := newReserve(dir, opts.Reserve, opts.Logger)
 	db, err := manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
 	if errors.Is(err, syscall.ENOSPC) && rsv.release("open index", err) {
@@ -166,7 +179,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, open: map[uint64]int{}, held: map[uint32]bool{}}
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{}}
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
