@@ -23,8 +23,9 @@ type CheckOptions struct {
 //     listing it (files' and blob records'), every listed chunk is in the
 //     index, and no chunk record has a zero refcount;
 //   - each blob record's pins equal the format-5 manifests listing it;
-//   - every chunk lies inside its pack's committed length, in a range that
-//     is not punched out, and no two chunks overlap;
+//   - every chunk lies inside its pack's committed length, no two chunks
+//     overlap, and a chunk with a hole in its range (punched, or a sparse
+//     spool adopted as is) still matches its hash;
 //   - each pack's file is exactly its committed length (no ingest may be in
 //     flight while Check runs), and its live chunks and dead bytes add up
 //     to that length (dead packs are removed by their dead count, so it
@@ -221,10 +222,24 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 			bad("chunk %s: %v", ci.id, err)
 			continue
 		}
+		// A hole in a live chunk is not wrong in itself: a sparse spool
+		// (cp of a sparse file) adopted as a pack keeps its holes, which
+		// read as the zeros that were written. It is wrong when the
+		// chunk's bytes no longer match its hash — a punch of live data —
+		// so such a chunk is verified whatever opts.Verify says.
+		holed := false
 		if hole, err := nextHole(pf.File(), loc.Off); err == nil && hole < loc.End() {
-			bad("chunk %s at pack %d [%d,+%d) is punched at %d", ci.id, loc.Pack, loc.Off, loc.Len, hole)
+			holed = true
 		}
 		pf.Release()
+		if holed && !opts.Verify {
+			if int64(cap(buf)) < loc.Len {
+				buf = make([]byte, loc.Len)
+			}
+			if err := s.packs.ReadChunk(buf[:loc.Len], ci.id, loc, true); err != nil {
+				bad("chunk %s at pack %d [%d,+%d) has a hole and does not match its hash: %v", ci.id, loc.Pack, loc.Off, loc.Len, err)
+			}
+		}
 		if opts.Verify {
 			if int64(cap(buf)) < loc.Len {
 				buf = make([]byte, loc.Len)
