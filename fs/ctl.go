@@ -324,7 +324,7 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 		return nil, fi, nil
 	}
 	v, hit, err := w.fsys.views.do(ctx, fi.ManifestID, func() (*mlx.WholeView, error) {
-		w.fsys.Metrics.ViewParses.Add(1)
+		w.fsys.Metrics.ViewParses.Inc()
 		f, err := w.fsys.s.OpenIno(w.ino)
 		if err != nil {
 			return nil, err
@@ -347,9 +347,9 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 		return v, err
 	})
 	if hit {
-		w.fsys.Metrics.ViewHits.Add(1)
+		w.fsys.Metrics.ViewHits.Inc()
 	} else {
-		w.fsys.Metrics.ViewMisses.Add(1)
+		w.fsys.Metrics.ViewMisses.Inc()
 	}
 	if err != nil {
 		return nil, nil, err

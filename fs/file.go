@@ -430,6 +430,7 @@ func (r *reader) acquire() *version {
 }
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	t := r.fsys.Metrics.readTimer()
 	// While the file is written, its bytes are the writer's: the kernel
 	// sizes the file by the writes it has seen, and a reply shorter than
 	// that size (from the shorter committed version) would be end of file
@@ -439,6 +440,7 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		f.mu.Lock()
 		if f.sp != nil {
 			defer f.mu.Unlock()
+			defer t.observe()
 			return f.readSpool(dest, off)
 		}
 		f.mu.Unlock()
@@ -447,27 +449,30 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	res, e := r.read(v.f, dest, off)
 	if e != 0 || res == nil {
 		v.release()
+		t.observe()
 		return res, e
 	}
-	return whenDone(res, v.release), 0
+	// A spliced reply's bytes move from the pack after Read returns: its
+	// latency ends when go-fuse has sent it.
+	return whenDone(res, func() { v.release(); t.observe() }), 0
 }
 
 func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), sf.Size()-off)
-	r.fsys.Metrics.ReadRequests.Add(1)
+	r.fsys.Metrics.ReadRequests.Inc()
 	if r.fsys.splice {
 		if segs, ok := sf.Segments(off, int(n)); ok {
 			// spliceResult takes over segs, whether it splices or not.
 			if res := spliceResult(segs, int(n)); res != nil {
-				r.fsys.Metrics.SplicedReads.Add(1)
-				r.fsys.Metrics.ReadBytes.Add(n)
+				r.fsys.Metrics.SplicedReads.Inc()
+				r.fsys.Metrics.ReadBytes.Add(float64(n))
 				return res, 0
 			}
 		}
 	}
 	res, e := r.readAt(sf, dest, off)
 	if e == 0 {
-		r.fsys.Metrics.ReadBytes.Add(int64(res.Size()))
+		r.fsys.Metrics.ReadBytes.Add(float64(res.Size()))
 	}
 	return res, e
 }
@@ -540,7 +545,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	n, err := f.sp.f.WriteAt(data, off)
-	f.fsys.Metrics.WriteBytes.Add(int64(n))
+	f.fsys.Metrics.WriteBytes.Add(float64(n))
 	if end := off + int64(n); end > f.sp.size {
 		f.sp.size = end
 	}

@@ -37,8 +37,8 @@ type FS struct {
 	// Each reply is spliced only if it fits the pipe size limit (see
 	// spliceResult and RaisePipeLimit).
 	splice bool
-	// Metrics counts the filesystem's work, for --metrics.
-	Metrics Metrics
+	// Metrics instruments the filesystem's work, for --metrics.
+	Metrics *Metrics
 	// fds logs running out of descriptors, once per kind.
 	fds *fdlimit.Reporter
 }
@@ -53,8 +53,9 @@ type Server struct {
 	root *dirNode
 }
 
-// Metrics returns the filesystem's counters.
-func (s *Server) Metrics() *Metrics { return &s.root.fsys.Metrics }
+// Metrics returns the filesystem's metrics, to register on the daemon's
+// Prometheus registry.
+func (s *Server) Metrics() *Metrics { return s.root.fsys.Metrics }
 
 // Invalidate tells the kernel that the entry at path (relative to the
 // mount) changed without going through the mount — a put, remove or
@@ -83,7 +84,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
-		fds: fdlimit.NewReporter(opts.Logger, "filesystem")}
+		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics()}
 	fsys.splice = canSplice
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)

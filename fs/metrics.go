@@ -2,98 +2,162 @@ package fs
 
 import (
 	"fmt"
-	"io"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics counts what the filesystem does, for the daemon's Prometheus
-// endpoint. All counters only grow.
+// Metrics instruments the filesystem for the daemon's Prometheus endpoint:
+// counters of its work and histograms of its latencies, because operators
+// judge a storage daemon by its latency distribution, not by averages.
+// Metrics is a prometheus.Collector; the daemon registers it on its own
+// registry (there is no global one). Counters only grow. Every method is
+// safe for concurrent use, and the ones on the request paths (observing a
+// latency, adding to a counter, counting one of the known errnos) do not
+// allocate.
 type Metrics struct {
-	ReadRequests  atomic.Int64
-	ReadBytes     atomic.Int64
-	SplicedReads  atomic.Int64 // reads answered by splicing a pack file
-	WriteBytes    atomic.Int64
-	Commits       atomic.Int64
-	CommitBytes   atomic.Int64 // logical bytes committed
-	CommitNanos   atomic.Int64
-	NewBytes      atomic.Int64 // bytes that ingests had to store
-	DedupBytes    atomic.Int64 // bytes that ingests found stored already
-	ZeroBytes     atomic.Int64
-	AdoptedSpools atomic.Int64
-	ViewHits      atomic.Int64 // /.kvfs/whole views found resolved
-	ViewMisses    atomic.Int64
-	ViewParses    atomic.Int64 // snapshot headers parsed for /.kvfs/whole
+	ReadRequests  prometheus.Counter
+	ReadBytes     prometheus.Counter
+	SplicedReads  prometheus.Counter // reads answered by splicing a pack file
+	WriteBytes    prometheus.Counter
+	Commits       prometheus.Counter
+	CommitBytes   prometheus.Counter // logical bytes committed
+	CommitSeconds prometheus.Counter
+	NewBytes      prometheus.Counter // bytes that ingests had to store
+	DedupBytes    prometheus.Counter // bytes that ingests found stored already
+	ZeroBytes     prometheus.Counter
+	AdoptedSpools prometheus.Counter
+	ViewHits      prometheus.Counter // /.kvfs/whole views found resolved
+	ViewMisses    prometheus.Counter
+	ViewParses    prometheus.Counter // snapshot headers parsed for /.kvfs/whole
 
-	mu     sync.Mutex // guards errors
-	errors map[syscall.Errno]int64
+	errors *prometheus.CounterVec // by errno name
+	// errnos are errors' counters for the errnos kvfs answers, made up
+	// front: the series exist (at 0) from the start, so that a rate over
+	// them is defined, and counting one needs no label lookup.
+	errnos map[syscall.Errno]prometheus.Counter
+
+	commitLatency prometheus.Histogram
+	readLatency   prometheus.Histogram
+	lookupLatency prometheus.Histogram
+}
+
+// latencyBuckets are the histograms' upper bounds in seconds, 10µs to 10s
+// in steps of 2–2.5×: a lookup answered from the index takes microseconds,
+// a read from a cold pack or a synced commit milliseconds, and a commit of
+// a large file seconds.
+func latencyBuckets() []float64 {
+	return []float64{
+		10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+		1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+		1, 2.5, 5, 10,
+	}
+}
+
+// knownErrnos are the errnos kvfs answers with, named as errno(3) does.
+func knownErrnos() map[syscall.Errno]string {
+	return map[syscall.Errno]string{syscall.ENOENT: "ENOENT", syscall.EEXIST: "EEXIST", syscall.EIO: "EIO",
+		syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR", syscall.ENOTEMPTY: "ENOTEMPTY", syscall.EINVAL: "EINVAL",
+		syscall.EPERM: "EPERM", syscall.EACCES: "EACCES", syscall.ENOSPC: "ENOSPC", syscall.ENODATA: "ENODATA",
+		syscall.EINTR: "EINTR", syscall.EROFS: "EROFS", syscall.ERANGE: "ERANGE", syscall.ENOTSUP: "ENOTSUP",
+		syscall.ESTALE: "ESTALE", syscall.EMFILE: "EMFILE", syscall.ENFILE: "ENFILE", syscall.EXDEV: "EXDEV",
+		syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.EBADF: "EBADF", syscall.EFBIG: "EFBIG"}
+}
+
+// NewMetrics returns a filesystem's metrics, all at zero.
+func NewMetrics() *Metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	h := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets()})
+	}
+	m := &Metrics{
+		ReadRequests:  c("kvfs_read_requests_total", "FUSE read requests answered."),
+		ReadBytes:     c("kvfs_read_bytes_total", "Bytes returned by FUSE reads."),
+		SplicedReads:  c("kvfs_spliced_reads_total", "Reads answered by splicing a pack file."),
+		WriteBytes:    c("kvfs_write_bytes_total", "Bytes written through the mount."),
+		Commits:       c("kvfs_commits_total", "Files committed (ingested) through the mount."),
+		CommitBytes:   c("kvfs_commit_bytes_total", "Logical bytes committed."),
+		CommitSeconds: c("kvfs_commit_seconds_total", "Time spent committing."),
+		NewBytes:      c("kvfs_ingest_new_bytes_total", "Bytes that commits had to store."),
+		DedupBytes:    c("kvfs_dedup_bytes_total", "Bytes that commits found already stored."),
+		ZeroBytes:     c("kvfs_zero_bytes_total", "Bytes committed as zero runs."),
+		AdoptedSpools: c("kvfs_adopted_spools_total", "Commits whose spool became a pack as it was."),
+		ViewHits:      c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots."),
+		ViewMisses:    c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot."),
+		ViewParses:    c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views."),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvfs_errors_total",
+			Help: "FUSE requests that failed, by errno."}, []string{"errno"}),
+		errnos: map[syscall.Errno]prometheus.Counter{},
+		commitLatency: h("kvfs_commit_duration_seconds",
+			"Latency of committing a written file at fsync or close: chunking, storing new chunks and the synced index update."),
+		readLatency: h("kvfs_read_duration_seconds",
+			"Latency of FUSE read requests, until the reply's bytes are read (for a spliced reply, until it is sent)."),
+		lookupLatency: h("kvfs_lookup_duration_seconds", "Latency of FUSE lookups of a name in a directory."),
+	}
+	for e, name := range knownErrnos() {
+		m.errnos[e] = m.errors.WithLabelValues(name)
+	}
+	return m
+}
+
+// collectors are all of m's metrics.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.ReadRequests, m.ReadBytes, m.SplicedReads, m.WriteBytes, m.Commits,
+		m.CommitBytes, m.CommitSeconds, m.NewBytes, m.DedupBytes, m.ZeroBytes, m.AdoptedSpools,
+		m.ViewHits, m.ViewMisses, m.ViewParses, m.errors, m.commitLatency, m.readLatency, m.lookupLatency}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
 }
 
 func (m *Metrics) countError(e syscall.Errno) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.errors == nil {
-		m.errors = map[syscall.Errno]int64{}
+	if c, ok := m.errnos[e]; ok {
+		c.Inc()
+		return
 	}
-	m.errors[e]++
+	m.errors.WithLabelValues(fmt.Sprintf("errno%d", int(e))).Inc()
 }
 
-// countCommit records an ingest.
+// countCommit records an ingest that took d.
 func (m *Metrics) countCommit(size, newBytes, reused, zeros int64, adopted bool, d time.Duration) {
-	m.Commits.Add(1)
-	m.CommitBytes.Add(size)
-	m.CommitNanos.Add(int64(d))
-	m.NewBytes.Add(newBytes)
-	m.DedupBytes.Add(reused)
-	m.ZeroBytes.Add(zeros)
+	m.Commits.Inc()
+	m.CommitBytes.Add(float64(size))
+	m.CommitSeconds.Add(d.Seconds())
+	m.commitLatency.Observe(d.Seconds())
+	m.NewBytes.Add(float64(newBytes))
+	m.DedupBytes.Add(float64(reused))
+	m.ZeroBytes.Add(float64(zeros))
 	if adopted {
-		m.AdoptedSpools.Add(1)
+		m.AdoptedSpools.Inc()
 	}
 }
 
-// WritePrometheus writes the counters in the Prometheus text format.
-func (m *Metrics) WritePrometheus(w io.Writer) {
-	c := func(name, help string, v int64) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	c("kvfs_read_requests_total", "FUSE read requests answered.", m.ReadRequests.Load())
-	c("kvfs_read_bytes_total", "Bytes returned by FUSE reads.", m.ReadBytes.Load())
-	c("kvfs_spliced_reads_total", "Reads answered by splicing a pack file.", m.SplicedReads.Load())
-	c("kvfs_write_bytes_total", "Bytes written through the mount.", m.WriteBytes.Load())
-	c("kvfs_commits_total", "Files committed (ingested) through the mount.", m.Commits.Load())
-	c("kvfs_commit_bytes_total", "Logical bytes committed.", m.CommitBytes.Load())
-	fmt.Fprintf(w, "# HELP kvfs_commit_seconds_total Time spent committing.\n# TYPE kvfs_commit_seconds_total counter\nkvfs_commit_seconds_total %g\n",
-		time.Duration(m.CommitNanos.Load()).Seconds())
-	c("kvfs_ingest_new_bytes_total", "Bytes that commits had to store.", m.NewBytes.Load())
-	c("kvfs_dedup_bytes_total", "Bytes that commits found already stored.", m.DedupBytes.Load())
-	c("kvfs_zero_bytes_total", "Bytes committed as zero runs.", m.ZeroBytes.Load())
-	c("kvfs_adopted_spools_total", "Commits whose spool became a pack as it was.", m.AdoptedSpools.Load())
-	c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots.", m.ViewHits.Load())
-	c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot.", m.ViewMisses.Load())
-	c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views.", m.ViewParses.Load())
-	m.mu.Lock()
-	var errs []syscall.Errno
-	for e := range m.errors {
-		errs = append(errs, e)
-	}
-	sort.Slice(errs, func(i, j int) bool { return errs[i] < errs[j] })
-	fmt.Fprintf(w, "# HELP kvfs_errors_total FUSE requests that failed, by errno.\n# TYPE kvfs_errors_total counter\n")
-	for _, e := range errs {
-		fmt.Fprintf(w, "kvfs_errors_total{errno=%q} %d\n", errnoName(e), m.errors[e])
-	}
-	m.mu.Unlock()
+// timer measures one request's latency, for a histogram. It is a value,
+// so that measuring allocates nothing: defer m.lookupTimer().observe().
+type timer struct {
+	h     prometheus.Histogram
+	start time.Time
 }
 
-func errnoName(e syscall.Errno) string {
-	names := map[syscall.Errno]string{syscall.ENOENT: "ENOENT", syscall.EEXIST: "EEXIST", syscall.EIO: "EIO",
-		syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR", syscall.ENOTEMPTY: "ENOTEMPTY", syscall.EINVAL: "EINVAL",
-		syscall.EPERM: "EPERM", syscall.EACCES: "EACCES", syscall.ENOSPC: "ENOSPC", syscall.ENODATA: "ENODATA",
-		syscall.EINTR: "EINTR", syscall.EROFS: "EROFS", syscall.ERANGE: "ERANGE", syscall.ENOTSUP: "ENOTSUP"}
-	if n, ok := names[e]; ok {
-		return n
-	}
-	return fmt.Sprintf("errno%d", int(e))
-}
+// observe records the time since the timer started.
+func (t timer) observe() { t.h.Observe(time.Since(t.start).Seconds()) }
+
+// readTimer starts timing a read request.
+func (m *Metrics) readTimer() timer { return timer{m.readLatency, time.Now()} }
+
+// lookupTimer starts timing a lookup.
+func (m *Metrics) lookupTimer() timer { return timer{m.lookupLatency, time.Now()} }

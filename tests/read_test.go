@@ -308,9 +308,9 @@ func metric(t testing.TB, addr, name string) int64 {
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var n int64
+			var n float64 // client_golang writes 1048576 as 1.048576e+06
 			fmt.Sscan(v, &n)
-			return n
+			return int64(n)
 		}
 	}
 	t.Fatalf("no metric %s:\n%s", name, b)

@@ -235,7 +235,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	}
 	defer ctl.close()
 	if o.metrics != "" {
-		stop, err := serveMetrics(o.metrics, s, srv)
+		stop, err := serveMetrics(o.metrics, s, srv, log)
 		if err != nil {
 			srv.Unmount()
 			return fail(err)
