@@ -68,7 +68,7 @@ var oldMetricNames = []string{
 	"kvfs_read_requests_total", "kvfs_read_bytes_total", "kvfs_spliced_reads_total", "kvfs_write_bytes_total",
 	"kvfs_commits_total", "kvfs_commit_bytes_total", "kvfs_commit_seconds_total", "kvfs_ingest_new_bytes_total",
 	"kvfs_dedup_bytes_total", "kvfs_zero_bytes_total", "kvfs_adopted_spools_total", "kvfs_view_cache_hits_total",
-	"kvfs_view_cache_misses_total", "kvfs_errors_total",
+	"kvfs_view_cache_misses_total", "kvfs_view_parses_total", "kvfs_errors_total",
 	"kvfs_store_files", "kvfs_store_logical_bytes", "kvfs_store_stored_bytes", "kvfs_store_dedup_ratio",
 	"kvfs_store_chunks", "kvfs_store_packs", "kvfs_store_dead_bytes",
 }
