@@ -85,7 +85,6 @@ func (in *ingest) adoptSpool() error {
 	if err := os.Rename(a.spoolPath, s.packs.Path(pack)); err != nil {
 		return fmt.Errorf("adopt spool: %w", err)
 	}
-	s.giveToOwner(s.packs.Path(pack))
 	in.adopted = a
 	sort.Slice(in.fresh, func(i, j int) bool { return in.fresh[i].off < in.fresh[j].off })
 	var holes []blockstore.Loc

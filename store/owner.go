@@ -101,18 +101,3 @@ func dirOwner(dir string) (Owner, error) {
 // Owner is the store's owner: the owner of its root directory when it was
 // created, and of what is created without a calling user.
 func (s *Store) Owner() Owner { return s.owner }
-
-// giveToOwner gives a file that this process created in the store to the
-// store's owner when they differ: root putting into a user's store that no
-// daemon serves must not leave packs that the user's daemon cannot read.
-// Only root can; for anyone else the owners are the same (or the store is
-// not theirs to write). A failure is logged: the file stays usable by
-// this process.
-func (s *Store) giveToOwner(path string) {
-	if os.Geteuid() != 0 || s.owner == ProcessOwner() {
-		return
-	}
-	if err := os.Chown(path, int(s.owner.UID), int(s.owner.GID)); err != nil {
-		s.log.Warn("cannot give a store file to the store's owner", "path", path, "uid", s.owner.UID, "gid", s.owner.GID, "err", err)
-	}
-}

@@ -65,7 +65,8 @@ func TestOwnerRecordedAtInit(t *testing.T) {
 			t.Errorf("%s is owned by %v, want %v", p, got, o)
 		}
 	}
-	s, err := store.Open(dir, store.Options{})
+	// The store is o's now: root opens it only as an administrator would.
+	s, err := store.Open(dir, store.Options{AnyOwner: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestOwnerOfLegacyStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	makeLegacy(t, dir)
-	s, err := store.Open(dir, store.Options{})
+	s, err := store.Open(dir, store.Options{AnyOwner: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestOwnerOfLegacyStore(t *testing.T) {
 	// mount) keeps it when the owner is recorded.
 	makeLegacy(t, dir)
 	chowned := uint32(77)
-	s, err = store.Open(dir, store.Options{})
+	s, err = store.Open(dir, store.Options{AnyOwner: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestOwnerOfLegacyStore(t *testing.T) {
 	if err := eraseOwnerOnly(dir); err != nil {
 		t.Fatal(err)
 	}
-	s, err = store.Open(dir, store.Options{})
+	s, err = store.Open(dir, store.Options{AnyOwner: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,6 @@ func (s *Store) takePack(fresh bool) (*packSlot, error) {
 	if err == nil {
 		var app *blockstore.Appender
 		if app, err = s.packs.NewAppender(pack, committed); err == nil {
-			s.giveToOwner(s.packs.Path(pack))
 			return &packSlot{app: app, committed: committed}, nil
 		}
 	}

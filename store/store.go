@@ -51,6 +51,11 @@ type Options struct {
 	// DefaultMaxSnapshotTokens and DefaultMaxSnapshotBlockRefs.
 	MaxSnapshotTokens    int
 	MaxSnapshotBlockRefs int
+	// AnyOwner opens a store that this process's user does not own, or
+	// one below a directory another user may change (see trust.go): for
+	// tests, and for an administrator who has checked the store's files.
+	// kvfs's commands never set it.
+	AnyOwner bool
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -108,6 +113,11 @@ func InitAs(dir string, chunkSize int64, o Owner) error {
 	if chunkSize < 4096 || chunkSize > 64<<20 {
 		return fmt.Errorf("init %s: chunk size %d outside [4 KiB, 64 MiB]", dir, chunkSize)
 	}
+	real, err := TrustedDir(dir)
+	if err != nil {
+		return fmt.Errorf("init %s: %w", dir, err)
+	}
+	dir = real
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("init %s: %w", dir, err)
 	}
@@ -146,6 +156,13 @@ func InitAs(dir string, chunkSize int64, o Owner) error {
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !opts.AnyOwner {
+		real, err := TrustedDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+		dir = real
 	}
 	if opts.PackBytes <= 0 {
 		opts.PackBytes = blockstore.DefaultPackBytes

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -41,6 +42,13 @@ func connect(dir string) (storeClient, error) { return connectWith(dir, defaultS
 
 // connectWith is connect with the socket's timeouts.
 func connectWith(dir string, to socketTimeouts) (storeClient, error) {
+	// Another user's store is not ours to open, nor its socket ours to
+	// trust: it could lead to any socket (store/trust.go).
+	real, err := store.TrustedDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	dir = real
 	sock := filepath.Join(dir, socketName)
 	if _, err := os.Stat(sock); err == nil {
 		c := newSocketClient(sock, to)

@@ -128,14 +128,17 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if logPath == "" {
 		logPath = filepath.Join(storeDir, "kvfs.log")
 	}
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	// The log is opened before the daemon opens the store: the store
+	// must be this user's first (store/trust.go), and the log is never
+	// a link that leads elsewhere.
+	if _, err := store.TrustedDir(storeDir); err != nil {
+		return fmt.Errorf("open store %s: %w", storeDir, err)
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close()
-	if o.logFile == "" {
-		giveLogToStoreOwner(logf, storeDir)
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -323,20 +326,4 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return fmt.Errorf("unmount %s: not root and no fusermount3 (apt-get install fuse3)", mnt)
-}
-
-// giveLogToStoreOwner makes the log in a store that root serves for a user
-// the user's, as the store's other files are: a log created by root (0600)
-// would stop the user's own next background mount at "open log".
-func giveLogToStoreOwner(logf *os.File, storeDir string) {
-	if os.Geteuid() != 0 {
-		return
-	}
-	st, err := os.Stat(storeDir)
-	if err != nil {
-		return // the mount reports the store's problems
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
-		logf.Chown(int(sys.Uid), int(sys.Gid))
-	}
 }
