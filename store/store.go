@@ -51,6 +51,9 @@ type Options struct {
 	// DefaultMaxSnapshotTokens and DefaultMaxSnapshotBlockRefs.
 	MaxSnapshotTokens    int
 	MaxSnapshotBlockRefs int
+	// MaxSnapshotSlots bounds the tensors of a snapshot the store
+	// indexes (caps.go); 0 means DefaultMaxSnapshotSlots.
+	MaxSnapshotSlots int
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -180,6 +183,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
 		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{}}
+	s.caps.slots = opts.MaxSnapshotSlots
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
