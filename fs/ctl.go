@@ -83,10 +83,10 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 }
 
 func (d *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream([]fuse.DirEntry{
-		{Name: "stats", Mode: syscall.S_IFREG, Ino: ctlStatsIno},
-		{Name: "whole", Mode: syscall.S_IFDIR, Ino: ctlWholeIno},
-	}), 0
+	return gofs.NewListDirStream(append(dotEntries(&d.Inode, 2),
+		fuse.DirEntry{Name: "stats", Mode: syscall.S_IFREG, Ino: ctlStatsIno},
+		fuse.DirEntry{Name: "whole", Mode: syscall.S_IFDIR, Ino: ctlWholeIno},
+	)), 0
 }
 
 // statsFile is /.kvfs/stats: its content is made at each open.
@@ -180,10 +180,25 @@ func (d *mirrorDir) valid() error {
 	}
 }
 
-// entryTimeout is the kernel's entry timeout in the view tree: as short
-// as go-fuse allows (it takes 0 for "unset"), since the tree is not told
-// of renames and commits; nodes check their place at each use anyway.
+// entryTimeout is the kernel's entry and attribute timeout in the view
+// tree: as short as go-fuse allows (it takes 0 for "unset"), since the
+// tree is not told of renames, commits, chmods and chowns (a view node has
+// an inode number of its own, so a change of the original never reaches
+// it); nodes check their place at each use anyway. A view's attributes
+// are the original's owner and mode, which the kernel checks
+// (default_permissions): kept for the mount's attribute timeout, a chmod
+// 0700 of the original would not stop a user who holds the view's
+// directory open (a cwd, an O_PATH descriptor).
 const entryTimeout = time.Nanosecond
+
+// denied maps the error of a permission check of the view tree: EACCES
+// when the caller may not, as the kernel answers for the original.
+func (fsys *FS) denied(op string, err error) syscall.Errno {
+	if errors.Is(err, iofs.ErrPermission) {
+		return syscall.EACCES
+	}
+	return fsys.stale(op, err)
+}
 
 func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if err := d.valid(); err != nil {
@@ -198,6 +213,25 @@ func (d *mirrorDir) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.At
 		return d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
 	}
 	fillAttr(fi, &out.Attr) // the original's owner and mode
+	out.SetTimeout(entryTimeout)
+	return 0
+}
+
+// The kernel checks a view's attributes as it last got them; the daemon
+// checks the original's, as they are now, with the caller's credentials:
+// searching a directory to look a name up, reading it to list it, reading
+// a file to open it. A user who holds a view directory open (a cwd, an
+// O_PATH descriptor) after its original became 0700 gets EACCES, as in the
+// original.
+
+// Opendir implements gofs.NodeOpendirer.
+func (d *mirrorDir) Opendir(ctx context.Context) syscall.Errno {
+	if err := d.valid(); err != nil {
+		return d.fsys.stale("opendir", err)
+	}
+	if err := d.fsys.s.MayList(d.ino, cred(ctx)); err != nil {
+		return d.fsys.denied("opendir", err)
+	}
 	return 0
 }
 
@@ -205,11 +239,15 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err := d.valid(); err != nil {
 		return nil, d.fsys.stale("lookup", err)
 	}
+	if err := d.fsys.s.MaySearch(d.ino, cred(ctx)); err != nil {
+		return nil, d.fsys.denied("lookup", err)
+	}
 	fi, err := d.fsys.s.Lookup(d.ino, name)
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}
 	out.SetEntryTimeout(entryTimeout)
+	out.SetAttrTimeout(entryTimeout)
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr) // the original's owner and mode
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
@@ -230,11 +268,14 @@ func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 	if err := d.valid(); err != nil {
 		return nil, d.fsys.stale("readdir", err)
 	}
+	if err := d.fsys.s.MayList(d.ino, cred(ctx)); err != nil {
+		return nil, d.fsys.denied("readdir", err)
+	}
 	ents, err := d.fsys.s.ReadDir(d.ino)
 	if err != nil {
 		return nil, d.fsys.errno("readdir", err)
 	}
-	list := make([]fuse.DirEntry, 0, len(ents))
+	list := dotEntries(&d.Inode, len(ents))
 	for _, e := range ents {
 		list = append(list, fuse.DirEntry{Name: e.Name, Ino: ctlMirror + e.Ino, Mode: unixMode(e.Mode)})
 	}
@@ -323,6 +364,12 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 	if fi.Kind != "mlxkv" {
 		return nil, fi, nil
 	}
+	cr := cred(ctx)
+	key := brokenKey(fi.ManifestID, up.ino, cr)
+	if err := w.fsys.views.brokenErr(key, time.Now()); err != nil {
+		w.fsys.Metrics.ViewHits.Inc()
+		return nil, nil, err
+	}
 	v, hit, err := w.fsys.views.do(ctx, fi.ManifestID, func() (*mlx.WholeView, error) {
 		w.fsys.Metrics.ViewParses.Inc()
 		f, err := w.fsys.s.OpenIno(w.ino)
@@ -335,8 +382,8 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 			return nil, nil // shown as it is
 		}
 		// The blocks are read as the caller: one who may not read them
-		// gets EIO, and the failure is not cached.
-		src := &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}
+		// gets EIO, remembered for that caller only (brokenKey).
+		src := &blockSource{fsys: w.fsys, dir: up.ino, cred: cr}
 		defer src.close()
 		// Finished even if the caller is interrupted: the view is
 		// cached for the next open.
@@ -351,6 +398,10 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 	} else {
 		w.fsys.Metrics.ViewMisses.Inc()
 	}
+	var broken *brokenViewError
+	if errors.As(err, &broken) && !hit {
+		w.fsys.views.noteBroken(key, err, time.Now())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -363,6 +414,7 @@ func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 		return w.viewErrno(err)
 	}
 	w.attr(v, fi, &out.Attr)
+	out.SetTimeout(entryTimeout)
 	return 0
 }
 
@@ -381,6 +433,9 @@ func (w *wholeFile) attr(v *mlx.WholeView, fi *store.FileInfo, a *fuse.Attr) {
 func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
+	}
+	if err := w.fsys.s.MayRead(w.ino, cred(ctx)); err != nil {
+		return nil, 0, w.fsys.denied("open", err)
 	}
 	v, fi, err := w.view(ctx)
 	if err != nil {

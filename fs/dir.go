@@ -98,11 +98,25 @@ func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.fsys.errno("readdir", err)
 	}
-	list := make([]fuse.DirEntry, 0, len(ents))
+	list := dotEntries(&d.Inode, len(ents))
 	for _, e := range ents {
 		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.ID, Mode: unixMode(e.Mode)})
 	}
 	return gofs.NewListDirStream(list), 0
+}
+
+// dotEntries starts a listing of directory n with "." and "..", as every
+// directory's getdents(2) does (ls -a, tools that count them; go-fuse adds
+// neither): n's own inode number, and its parent's as the kernel's tree
+// holds it (the root's ".." is the root), with room for more entries.
+func dotEntries(n *gofs.Inode, more int) []fuse.DirEntry {
+	parent := n
+	if _, p := n.Parent(); p != nil {
+		parent = p
+	}
+	return append(make([]fuse.DirEntry, 0, 2+more),
+		fuse.DirEntry{Name: ".", Ino: n.StableAttr().Ino, Mode: syscall.S_IFDIR},
+		fuse.DirEntry{Name: "..", Ino: parent.StableAttr().Ino, Mode: syscall.S_IFDIR})
 }
 
 // reserved reports names that the virtual tree takes.

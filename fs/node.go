@@ -151,6 +151,13 @@ func (n *node) setattr(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo
 	if at, ok := in.GetATime(); ok {
 		c.Atime, changed = &at, true
 	}
+	if _, ok := in.GetSize(); !ok {
+		// Every setattr but a truncate's is a change: chown(f, -1, -1)
+		// changes nothing but the ctime, which SetAttr stamps, as ext4
+		// does. The kernel says so with FATTR_CTIME only when it caches
+		// writes, and sends no attribute at all otherwise.
+		changed = true
+	}
 	if !changed {
 		fi, err := n.fsys.s.StatIno(n.ino.Load())
 		return fi, n.stale("getattr", err)

@@ -159,3 +159,33 @@ func (s *Store) MayRead(ino uint64, c *Cred) error {
 		return nil
 	})
 }
+
+// MayList returns nil if c could list directory ino (walk to it and read
+// it), MaySearch if c could look names up in it (walk to it and
+// search it): an error wrapping fs.ErrPermission otherwise. The views of
+// /.kvfs/whole check these themselves, since the kernel checks a view's
+// cached attributes, not the original's current ones.
+func (s *Store) MayList(ino uint64, c *Cred) error {
+	return s.mayDir("list", ino, c, mayRead)
+}
+
+// MaySearch: see MayList.
+func (s *Store) MaySearch(ino uint64, c *Cred) error {
+	return s.mayDir("search", ino, c, mayExec)
+}
+
+func (s *Store) mayDir(op string, ino uint64, c *Cred, want uint32) error {
+	if c == nil {
+		return nil
+	}
+	return s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if err != nil {
+			return inoErr(op, ino, "", err)
+		}
+		if !c.mayInode(n, want) || !c.reaches(tx, n) {
+			return inoErr(op, ino, "", fs.ErrPermission)
+		}
+		return nil
+	})
+}

@@ -199,7 +199,10 @@ func (s *Store) ExpireBlobs(now time.Time) (int, error) {
 // with another file's content, so c must be allowed both (mayAdopt): to
 // create in parent, and to read the blob where it is; otherwise the blob
 // does not exist for c, and nothing is created. The new entry is c's, as a
-// file c created would be.
+// file c created would be, except when c is root or the daemon: they act
+// for the directory's owner (a backup tool's stat, an engine run as root),
+// so the entry is the owner's and group's, readable by the user whose
+// blocks directory it is.
 func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error) {
 	if !hex64.MatchString(name) {
 		return nil, inoErr("lookup", parent, name, fs.ErrNotExist)
@@ -257,7 +260,7 @@ func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error
 		}
 		now := time.Now().UnixNano()
 		uid, gid := d.UID, d.GID
-		if c != nil {
+		if c != nil && c.UID != 0 {
 			uid, gid = c.UID, c.GID
 		}
 		n := &manifest.Inode{Ino: ino, Mode: 0o600, Size: m.Size(), Mtime: now, Ctime: now, UID: uid, GID: gid,

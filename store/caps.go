@@ -24,9 +24,15 @@ import (
 // MiB of cache, cut per row: Llama-3-70B at 128k tokens (80 layers, 8 KV
 // heads, rows of 32 MiB) lists 41k; 64k references address 64 GiB of
 // cache at the least.
+//
+// The tensors (slots) are capped too: each costs the whole view of
+// /.kvfs/whole a hash and an entry, and a header of 100,000 empty tensors
+// is within the other caps. Engines write two per layer and attention
+// kind: a few hundred.
 const (
 	DefaultMaxSnapshotTokens    = 1 << 20
 	DefaultMaxSnapshotBlockRefs = 1 << 16
+	DefaultMaxSnapshotSlots     = 1 << 16
 )
 
 // Header bytes per token and per block reference at most: a token id is
@@ -41,6 +47,7 @@ const (
 // snapshotCaps bound what the store indexes of one snapshot.
 type snapshotCaps struct {
 	tokens, blockRefs int
+	slots             int // 0: DefaultMaxSnapshotSlots
 }
 
 // headerBytes is the longest header that can hold no more than the caps
@@ -72,8 +79,16 @@ func (c snapshotCaps) check(snap *mlx.Snapshot) error {
 	if n := len(snap.Header.Tokens); n > c.tokens {
 		return fmt.Errorf("%d tokens, over the cap of %d (store option MaxSnapshotTokens)", n, c.tokens)
 	}
+	slots := snap.Header.Slots()
+	maxSlots := c.slots
+	if maxSlots <= 0 {
+		maxSlots = DefaultMaxSnapshotSlots
+	}
+	if len(slots) > maxSlots {
+		return fmt.Errorf("%d tensors, over the cap of %d (store option MaxSnapshotSlots)", len(slots), maxSlots)
+	}
 	refs := 0
-	for _, t := range snap.Header.Slots() {
+	for _, t := range slots {
 		refs += len(t.Blocks)
 	}
 	if refs > c.blockRefs {

@@ -51,6 +51,9 @@ type Options struct {
 	// DefaultMaxSnapshotTokens and DefaultMaxSnapshotBlockRefs.
 	MaxSnapshotTokens    int
 	MaxSnapshotBlockRefs int
+	// MaxSnapshotSlots bounds the tensors of a snapshot the store
+	// indexes (caps.go); 0 means DefaultMaxSnapshotSlots.
+	MaxSnapshotSlots int
 	// AnyOwner opens a store that this process's user does not own, or
 	// one below a directory another user may change (see trust.go): for
 	// tests, and for an administrator who has checked the store's files.
@@ -197,6 +200,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
 		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{}}
+	s.caps.slots = opts.MaxSnapshotSlots
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
 		return nil
