@@ -45,6 +45,13 @@ type PutStats struct {
 	ZeroBytes    int64  // bytes stored as zero runs
 	ParentReused int64  // bytes matched against the parent snapshot's chunks
 	Parent       uint64 // the parent snapshot's inode, 0 if none
+	// HashedBytes are the bytes the ingest read and hashed: all of them
+	// for a Put, only the changed chunks not hashed while they were
+	// written for CommitChanges.
+	HashedBytes int64
+	// Changes: the commit reused the previous version's unchanged chunks
+	// (CommitChanges), rather than chunking the whole content.
+	Changes bool
 }
 
 // PutFile ingests the local file src as path.
@@ -134,6 +141,12 @@ type ingest struct {
 	ctime   time.Time // CommitOptions.Ctime; zero means now
 	fresh   []chunkRef
 	adopted *adoptedPack
+	// keep, for a commit of changes (CommitChanges), are the unchanged
+	// extents of the previous version and the zero runs, merged with the
+	// chunked changes by offset; prevManifest is the previous version's
+	// manifest ID, which the commit checks it still replaces.
+	keep         []chunkRef
+	prevManifest string
 }
 
 // adoptedPack is a spool file renamed into the packs directory.
@@ -202,7 +215,10 @@ type hashWriter interface {
 func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	s := in.s
 	s.reserve.fill() // before the write takes the room (no-op while held)
-	in.plan = s.planFor(in.src, in.size, in.comps)
+	// CommitChanges plans its own.
+	if in.plan == nil {
+		in.plan = s.planFor(in.src, in.size, in.comps)
+	}
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
 	if in.plan.kind == kindBlob {
 		in.blob = sha256.New()
@@ -210,6 +226,9 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	t0 := time.Now()
 	if err := in.chunkAll(ctx); err != nil {
 		return nil, err
+	}
+	if in.keep != nil {
+		in.refs = mergeRefs(in.refs, in.keep)
 	}
 	if in.adopt != nil {
 		if err := in.place(); err != nil {
@@ -369,6 +388,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		parent, name, prev, err := in.destination(tx)
 		if err != nil {
 			return err
+		}
+		if in.prevManifest != "" && (prev == nil || prev.ManifestID != in.prevManifest) {
+			return fmt.Errorf("%w: inode %d's content changed while its changes were committed", errChangedBase, in.target)
 		}
 		// The name may have changed since the ingest began (a rename of
 		// the file being written): a blob name must match this content.
