@@ -66,6 +66,12 @@ type writeJob struct {
 // all cores, and hands the new chunks to a writer goroutine: reading batch
 // k+2, hashing k+1 and writing k overlap.
 func (in *ingest) chunkAll(ctx context.Context) error {
+	// The size, unless the plan covers only changes; counted before
+	// readBatches splits regions in place.
+	var want int64
+	for _, r := range in.plan.regions {
+		want += r.n
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan *batch, 1)
@@ -131,10 +137,6 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 	in.jobs = nil
 	if err == nil {
 		err = werr
-	}
-	var want int64 // the size, unless the plan covers only changes
-	for _, r := range in.plan.regions {
-		want += r.n
 	}
 	if err == nil && done != want {
 		if err = ctx.Err(); err == nil {

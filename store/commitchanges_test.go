@@ -245,3 +245,30 @@ func TestCommitChangesNewFileAdopts(t *testing.T) {
 		t.Fatal("content differs")
 	}
 }
+
+// TestCommitChangesLargeRun: a run of dirty cells longer than a batch of
+// the ingest (16 MiB), none hashed while written, is read and hashed whole.
+func TestCommitChangesLargeRun(t *testing.T) {
+	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	fi, err := s.CreateAt(1, "n", 0o644, store.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := randBytes(20<<20+5, 9)
+	var cells []int64
+	for i := int64(0); i*cc < int64(len(model)); i++ {
+		cells = append(cells, i)
+	}
+	sp := changeSpool(t, s, model, cells)
+	_, st, err := s.CommitChanges(ctx, fi.Ino, store.Changes{Size: int64(len(model)), Dirty: dirty(cells...), Spool: sp},
+		nil, store.CommitOptions{Adopt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HashedBytes != int64(len(model)) {
+		t.Fatalf("stats %+v: want every byte hashed", st)
+	}
+	if got := get(t, s, "n"); !bytes.Equal(got, model) {
+		t.Fatal("content differs")
+	}
+}
