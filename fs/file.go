@@ -238,8 +238,16 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
-	fi, st, err := f.fsys.s.CommitChanges(ctx, f.ino.Load(), f.sp.changes(), f.sp,
-		store.CommitOptions{Mtime: f.sp.mtime, Ctime: f.sp.ctime, Adopt: true, Hold: f.held != 0})
+	// The commit takes over the writer's hold and the spool's pin of the
+	// version it replaces (CommitOptions.Unhold, Close), so that a version
+	// no reader pins is released in the commit's own transaction.
+	ino := f.ino.Load()
+	opts := store.CommitOptions{Mtime: f.sp.mtime, Ctime: f.sp.ctime, Adopt: true,
+		Hold: f.held != 0, Unhold: f.held != 0 && f.held == ino}
+	if f.sp.base != nil {
+		opts.Close = []*store.File{f.sp.base}
+	}
+	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, f.sp.changes(), f.sp, opts)
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -255,6 +263,9 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	old := f.held
 	if old != 0 {
 		f.held = fi.Ino // the commit held the new version
+	}
+	if opts.Unhold {
+		old = 0 // and dropped the hold of the old one
 	}
 	f.ino.Store(fi.Ino)
 	f.version++

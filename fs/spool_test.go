@@ -96,7 +96,11 @@ func TestSpoolModel(t *testing.T) {
 				}
 			}
 			if op%25 == 24 {
-				nfi, _, err := s.CommitChanges(ctx, ino, sp.changes(), sp, store.CommitOptions{Adopt: true})
+				opts := store.CommitOptions{Adopt: true}
+				if op%50 == 49 {
+					opts.Close = []*store.File{sp.base} // the pin moves to the commit
+				}
+				nfi, _, err := s.CommitChanges(ctx, ino, sp.changes(), sp, opts)
 				if err != nil {
 					t.Fatalf("seed %d op %d: %v", seed, op, err)
 				}

@@ -113,6 +113,7 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 		in.prevManifest = prev.ManifestID
 	}
 	in.stats.Changes = true
+	in.movePins(ino, opts)
 	fi, err := in.run(ctx)
 	in.finish(err)
 	if err != nil {
@@ -240,4 +241,18 @@ func mergeRefs(a, b []chunkRef) []chunkRef {
 		}
 	}
 	return append(append(out, a...), b...)
+}
+
+// movePins records the pins of the replaced version ino that the commit
+// drops (CommitOptions.Unhold, Close).
+func (in *ingest) movePins(ino uint64, opts CommitOptions) {
+	if opts.Unhold {
+		in.pinsMoved++
+	}
+	for _, f := range opts.Close {
+		if f != nil && f.ino == ino {
+			in.pinsMoved++
+			in.closeFiles = append(in.closeFiles, f)
+		}
+	}
 }

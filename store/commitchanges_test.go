@@ -272,3 +272,69 @@ func TestCommitChangesLargeRun(t *testing.T) {
 		t.Fatal("content differs")
 	}
 }
+
+// TestCommitChangesMovesPins: a commit that takes over the caller's hold
+// and open file of the version it replaces releases that version in its
+// own transaction when nothing else pins it (its inode is gone at once),
+// and leaves it an orphan, released at its last close, when a reader pins
+// it; either way the counts stay right (Check) and the caller's Close
+// does nothing more.
+func TestCommitChangesMovesPins(t *testing.T) {
+	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	model := randBytes(50*cc, 10)
+	put(t, s, "f", model)
+	fi, _ := s.Stat("f")
+	ino := fi.Ino
+	for round, reader := range []bool{false, true} {
+		if err := s.Hold(ino); err != nil {
+			t.Fatal(err)
+		}
+		base, err := s.OpenIno(ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r *store.File
+		if reader {
+			if r, err = s.OpenIno(ino); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old := append([]byte{}, model...)
+		copy(model[7*cc+9:], randBytes(100, uint64(20+round)))
+		sp := changeSpool(t, s, model, []int64{7})
+		size := int64(len(model))
+		nfi, _, err := s.CommitChanges(ctx, ino, store.Changes{Size: size, Keep: size, Dirty: dirty(7), Spool: sp},
+			nil, store.CommitOptions{Hold: true, Unhold: true, Close: []*store.File{base}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base.Close() // does nothing: the commit closed it
+		_, err = s.StatIno(ino)
+		if gone := err != nil; gone == reader {
+			t.Fatalf("round %d: the replaced version is gone: %v, want %v", round, gone, !reader)
+		}
+		if reader {
+			buf := make([]byte, size)
+			if _, err := r.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, old) {
+				t.Fatalf("the reader of the replaced version reads other bytes (%v)", err)
+			}
+			if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			if _, err := s.StatIno(ino); err == nil {
+				t.Fatal("the orphan outlived its last close")
+			}
+		}
+		if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, s, "f"); !bytes.Equal(got, model) {
+			t.Fatal("content differs")
+		}
+		if err := s.Unhold(nfi.Ino); err != nil {
+			t.Fatal(err)
+		}
+		ino = nfi.Ino
+	}
+}

@@ -147,6 +147,10 @@ type ingest struct {
 	// manifest ID, which the commit checks it still replaces.
 	keep         []chunkRef
 	prevManifest string
+	// pinsMoved are the caller's pins of the target that the commit drops
+	// (CommitOptions.Unhold and Close), closeFiles its files.
+	pinsMoved  int
+	closeFiles []*File
 }
 
 // adoptedPack is a spool file renamed into the packs directory.
@@ -328,6 +332,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
 	var held uint64
+	var releasePrev bool
 	update := s.updateReleasing
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
@@ -340,6 +345,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			s.unpinHeld(held) // an earlier try did not commit
 			held = 0
 		}
+		var shared map[blockstore.ID]bool
+		var err error
+		if releasePrev, shared, err = in.releasable(tx); err != nil {
+			return err
+		}
+		moved := map[blockstore.ID]bool{} // listed by both versions
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
@@ -347,6 +358,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		slices.SortFunc(ids, func(a, b blockstore.ID) int { return bytes.Compare(a[:], b[:]) })
 		for _, id := range ids {
 			st := in.states[id]
+			if shared[id] && !st.written {
+				moved[id] = true // the released version's reference moves here
+				continue
+			}
 			c, err := tx.Chunk(id)
 			switch {
 			case err == nil:
@@ -407,7 +422,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			if in.target != 0 {
 				keep = tx.XattrValues(prev.Ino, prev.Xattrs)
 			}
-			if freed, err = s.dropInode(tx, prev); err != nil {
+			if releasePrev {
+				freed, err = s.releaseInodeExcept(tx, prev, moved)
+			} else {
+				freed, err = s.dropInode(tx, prev)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -494,5 +514,66 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		freed = append(freed, a.holes...)
 	}
 	s.punch(freed)
+	in.dropPins(releasePrev)
 	return fi, nil, nil
+}
+
+// releasable reports whether the commit releases the version it replaces
+// in its transaction: a commit to an inode whose pins are all the
+// caller's, which it drops (CommitOptions.Unhold, Close). Then shared are
+// the chunks of that version, whose counts do not change for the chunks
+// that the new version lists too. Called in the commit's transaction,
+// which holds the pin lock: no pin can be taken meanwhile.
+func (in *ingest) releasable(tx *manifest.Tx) (bool, map[blockstore.ID]bool, error) {
+	if in.pinsMoved == 0 || in.target == 0 {
+		return false, nil, nil
+	}
+	in.s.mu.Lock()
+	mine := in.s.open[in.target] == in.pinsMoved
+	in.s.mu.Unlock()
+	if !mine {
+		return false, nil, nil
+	}
+	n, err := tx.Inode(in.target)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return false, nil, nil // destination says what to do
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	if n.IsDir() || n.Blob != "" || n.Name == "" {
+		return false, nil, nil // the usual drop (blob records, orphans)
+	}
+	m, err := tx.Manifest(in.target)
+	if err != nil {
+		return false, nil, err
+	}
+	shared := make(map[blockstore.ID]bool, len(m))
+	for _, id := range m.Chunks() {
+		shared[id] = true
+	}
+	return true, shared, nil
+}
+
+// dropPins drops the caller's pins of the replaced version after a
+// successful commit: only counts when the commit released it, otherwise
+// as unpins (the last one releases the orphan).
+func (in *ingest) dropPins(released bool) {
+	s := in.s
+	for _, f := range in.closeFiles {
+		f.closeOnce.Do(func() {})
+	}
+	if released {
+		s.mu.Lock()
+		if s.open[in.target] -= in.pinsMoved; s.open[in.target] <= 0 {
+			delete(s.open, in.target)
+		}
+		s.mu.Unlock()
+		return
+	}
+	for range in.pinsMoved {
+		if err := s.unpin(in.target); err != nil {
+			s.log.Warn("release the replaced version", "ino", in.target, "err", err)
+		}
+	}
 }
