@@ -1,12 +1,11 @@
 package fs
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -42,18 +41,36 @@ type spool struct {
 	cells map[int64]*cell // the dirty cells
 	// noHash turns off hashing while writing (for measurements).
 	noHash bool
+
+	// hashq feeds the goroutine that hashes cells while the file is
+	// written (started by the first); hashing counts the cells queued and
+	// not yet hashed.
+	hashq   chan hashJob
+	hashing sync.WaitGroup
+	sumMu   sync.Mutex // guards every cell's gen, sum and summed
 }
 
-// cell is a dirty cell. A cell written whole and in order from its start
-// (the engine writes rows sequentially) is hashed as the bytes arrive, so
-// that its commit does not read and hash it again; any other write into it
-// drops the hash.
+// cell is a dirty cell. A write that reaches the end of a cell (the engine
+// writes rows in order) queues it to be hashed from the spool file on
+// another goroutine, beside the writer, so that its commit need not read
+// and hash it; any later change of the cell drops the hash (gen counts
+// them, so a hash of bytes that changed meanwhile is not kept).
 type cell struct {
-	h      hash.Hash // sha256 of [start, next) while written in order
-	next   int64
+	gen    uint64
 	sum    blockstore.ID
 	summed bool
 }
+
+// hashJob asks for the hash of cell c, at off, as of its generation gen.
+type hashJob struct {
+	c   *cell
+	gen uint64
+	off int64
+}
+
+// hashQueue is how many cells may wait to be hashed; a cell that finds
+// the queue full is left to the commit.
+const hashQueue = 256
 
 // newSpool starts a spool in dir over base (nil for an empty file).
 func newSpool(dir string, base *store.File, C int64, noHash bool) (*spool, error) {
@@ -82,6 +99,10 @@ func (sp *spool) modified() {
 // close drops the spool: its file (removed unless the store adopted it)
 // and its pin of base.
 func (sp *spool) close(remove bool) {
+	if sp.hashq != nil {
+		sp.hashing.Wait()
+		close(sp.hashq)
+	}
 	sp.f.Close()
 	if remove {
 		os.Remove(sp.f.Name())
@@ -150,40 +171,69 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 			sp.cells[i] = &cell{}
 		}
 	}
+	sp.sumMu.Lock()
+	for i := first; i <= last; i++ {
+		sp.cells[i].changed()
+	}
+	sp.sumMu.Unlock()
 	n, err := sp.f.WriteAt(data, off)
 	if e := off + int64(n); e > sp.size {
 		sp.size = e
 	}
-	for i := first; i <= last; i++ {
-		c := sp.cells[i]
-		a, b := max(off, i*sp.C), min(off+int64(n), i*sp.C+sp.C)
-		if err != nil || sp.noHash || a >= b {
-			c.h, c.summed = nil, false
-			continue
+	if err == nil && !sp.noHash {
+		// Every cell whose end the write reached: in order, it is done.
+		for i := first; (i+1)*sp.C <= end; i++ {
+			sp.queueHash(i)
 		}
-		c.hash(data[a-off:b-off], a, b, i*sp.C, sp.C)
 	}
 	return n, err
 }
 
-// hash follows a write of seg to [a, b) of the cell that starts at start.
-func (c *cell) hash(seg []byte, a, b, start, C int64) {
-	switch {
-	case a == start && b == start+C:
-		c.h, c.sum, c.summed = nil, blockstore.Sum(seg), true
-		return
-	case a == start:
-		c.h, c.summed = sha256.New(), false
-	case c.h != nil && a == c.next:
-	default:
-		c.h, c.summed = nil, false
-		return
+// changed drops the cell's hash. Called with sumMu held.
+func (c *cell) changed() {
+	c.gen++
+	c.summed = false
+}
+
+// queueHash queues dirty cell i to be hashed, unless the queue is full.
+func (sp *spool) queueHash(i int64) {
+	if sp.hashq == nil {
+		sp.hashq = make(chan hashJob, hashQueue)
+		go sp.hasher(sp.hashq)
 	}
-	c.h.Write(seg)
-	c.next = b
-	if b == start+C {
-		c.h.Sum(c.sum[:0])
-		c.h, c.summed = nil, true
+	c := sp.cells[i]
+	sp.sumMu.Lock()
+	j := hashJob{c: c, gen: c.gen, off: i * sp.C}
+	sp.sumMu.Unlock()
+	sp.hashing.Add(1)
+	select {
+	case sp.hashq <- j:
+	default:
+		sp.hashing.Done() // the commit will hash it
+	}
+}
+
+// hasher hashes queued cells from the spool file. It reads the file while
+// the writer may write the same cell: such a write changed the cell's
+// generation before it began, so the hash is dropped.
+func (sp *spool) hasher(q <-chan hashJob) {
+	buf := make([]byte, sp.C)
+	for j := range q {
+		sp.hashCell(j, buf)
+		sp.hashing.Done()
+	}
+}
+
+// hashCell hashes a queued cell, keeping the sum if the cell did not
+// change since it was queued.
+func (sp *spool) hashCell(j hashJob, buf []byte) {
+	if n, _ := sp.f.ReadAt(buf, j.off); n == len(buf) {
+		sum := blockstore.Sum(buf)
+		sp.sumMu.Lock()
+		if j.c.gen == j.gen {
+			j.c.sum, j.c.summed = sum, true
+		}
+		sp.sumMu.Unlock()
 	}
 }
 
@@ -198,10 +248,9 @@ func (sp *spool) truncate(size int64) error {
 				}
 			}
 			if c := sp.cells[k]; c != nil {
-				c.summed = false // a shorter cell
-				if c.h != nil && c.next > size {
-					c.h = nil
-				}
+				sp.sumMu.Lock()
+				c.changed() // a shorter cell
+				sp.sumMu.Unlock()
 			}
 		}
 		for i := range sp.cells {
@@ -268,6 +317,7 @@ func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
 // changes describes the spool's content as changes to base, for the
 // commit.
 func (sp *spool) changes() store.Changes {
+	sp.hashing.Wait() // hashes in flight are nearly done: wait, not redo
 	ch := store.Changes{Size: sp.size, Spool: sp.f}
 	if sp.base != nil {
 		ch.Keep = sp.keep
@@ -277,6 +327,8 @@ func (sp *spool) changes() store.Changes {
 		idx = append(idx, i)
 	}
 	slices.Sort(idx)
+	sp.sumMu.Lock()
+	defer sp.sumMu.Unlock()
 	for _, i := range idx {
 		c := sp.cells[i]
 		ch.Dirty = append(ch.Dirty, store.DirtyChunk{Index: i, Sum: c.sum, Summed: c.summed})

@@ -15,8 +15,8 @@ import (
 // TestSpoolModel: random writes (many of them runs of whole cells in
 // order, the pattern hashed while writing) and truncations of a spool over
 // a committed version, against a model. After every operation the spool
-// reads as the model, and every cell it says is hashed has the sha256 of
-// its bytes; every few operations the changes are committed
+// reads as the model, and every cell it says is hashed (once the hashes
+// queued are done) has the sha256 of its bytes; every few operations the changes are committed
 // (store.CommitChanges) and the new version reads as the model, and the
 // next spool starts over it. The store's invariants are checked at the end.
 func TestSpoolModel(t *testing.T) {
@@ -87,6 +87,7 @@ func TestSpoolModel(t *testing.T) {
 			if n != len(model) || !bytes.Equal(got[:n], model) {
 				t.Fatalf("seed %d op %d: the spool reads %d bytes, not the model's %d (or other bytes)", seed, op, n, len(model))
 			}
+			sp.hashing.Wait()
 			for i, c := range sp.cells {
 				if c.summed {
 					summed++
@@ -133,4 +134,35 @@ func writeModel(model, b []byte, off int64) []byte {
 	}
 	copy(model[off:], b)
 	return model
+}
+
+// TestSpoolStaleHash: a hash computed for a cell that a write changed
+// after it was queued is dropped, not kept as the cell's sum.
+func TestSpoolStaleHash(t *testing.T) {
+	const C = 4096
+	s := storetest.New(t, storetest.Options{ChunkSize: C})
+	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close(true)
+	if _, err := sp.write(bytes.Repeat([]byte{1}, C), 0); err != nil {
+		t.Fatal(err)
+	}
+	sp.hashing.Wait()
+	c := sp.cells[0]
+	if !c.summed || c.sum != blockstore.Sum(bytes.Repeat([]byte{1}, C)) {
+		t.Fatal("a cell written whole was not hashed")
+	}
+	stale := hashJob{c: c, gen: c.gen, off: 0}
+	if _, err := sp.write([]byte{2}, 10); err != nil { // does not reach the cell's end
+		t.Fatal(err)
+	}
+	if c.summed {
+		t.Fatal("a write kept the cell's old sum")
+	}
+	sp.hashCell(stale, make([]byte, C)) // finishes after the write
+	if c.summed {
+		t.Fatal("a hash queued before a write was kept after it")
+	}
 }

@@ -345,7 +345,8 @@ func init() {
 // TestRewriteCommitsChangedChunks: a client opens an existing 64 MiB file
 // read-write and writes 4 KiB at an unaligned offset that straddles two
 // chunks, then fsyncs. The spool holds only those chunks (not a copy of the
-// file), the commit hashes and stores only them (the daemon's metrics), and
+// file), the commit hashes (those not hashed while written) and stores only
+// them (the daemon's metrics), and
 // the file reads back exactly as the model, from a new process, after a
 // remount too.
 func TestRewriteCommitsChangedChunks(t *testing.T) {
@@ -376,8 +377,10 @@ func TestRewriteCommitsChangedChunks(t *testing.T) {
 	if c := delta("kvfs_commits_total"); c != 1 {
 		t.Errorf("%g commits, want 1 (the fsync; the close has nothing left)", c)
 	}
-	if h := delta("kvfs_commit_hashed_bytes_total"); h != 2*C {
-		t.Errorf("the commit hashed %g bytes, want the 2 changed chunks (%d)", h, 2*C)
+	// The first chunk, written to its end, may have been hashed while
+	// written already.
+	if h := delta("kvfs_commit_hashed_bytes_total"); h > 2*C || h < C {
+		t.Errorf("the commit hashed %g bytes, want at most the 2 changed chunks (%d), at least the second", h, 2*C)
 	}
 	if n := delta("kvfs_ingest_new_bytes_total"); n != 2*C {
 		t.Errorf("the commit stored %g new bytes, want the 2 changed chunks (%d)", n, 2*C)
