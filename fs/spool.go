@@ -21,7 +21,8 @@ import (
 // (the committed bytes of a cell that a write covers only in part are
 // copied in first); every other cell reads from base below keep, and is
 // zeros from keep on. The spool file is sparse and always as long as the
-// file. Methods are called with the node's mu held.
+// file. Methods are called with the node's mu held, except the hasher's
+// (see cell), which share only the cells' sums, under sumMu.
 type spool struct {
 	f     *os.File
 	size  int64
