@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	iofs "io/fs"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -81,25 +80,6 @@ func (f *fileNode) writtenAttr(a *fuse.Attr) {
 	}
 }
 
-// spool is a file being written: its bytes in a file of the store's spool
-// directory, until they are committed.
-type spool struct {
-	f     *os.File
-	size  int64
-	dirty bool // changed since the last commit
-	// mtime and ctime are the times the commit gives the new version:
-	// those of the last write or truncation, or the mtime a utimensat set
-	// after it (see keepTimes). Valid while dirty.
-	mtime, ctime time.Time
-}
-
-// modified records a change of the content: the file's mtime and ctime
-// are now, until a utimensat sets the mtime.
-func (sp *spool) modified() {
-	now := time.Now()
-	sp.dirty, sp.mtime, sp.ctime = true, now, now
-}
-
 // keepTimes carries a setattr's times into the pending commit, so that the
 // commit does not overwrite them: cp -p and tar set the times of a file
 // they have written before they close it. A write after this makes the
@@ -170,51 +150,48 @@ func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
 			return e
 		}
 	}
-	if err := f.sp.f.Truncate(size); err != nil {
+	if err := f.sp.truncate(size); err != nil {
 		return f.fsys.errno("truncate", err)
 	}
-	f.sp.size = size
 	f.sp.modified()
 	if !temp {
 		return 0
 	}
 	e := f.commitLocked(ctx)
-	f.dropSpool()
+	f.dropSpool(false)
 	return e
 }
 
-// startSpool begins writing: a spool file, holding the committed content
-// unless empty is set (O_TRUNC), so that writes into the middle of an
-// existing file keep the rest (copy-on-write). Called with f.mu held.
+// startSpool begins writing: a spool over the committed version unless
+// empty is set (O_TRUNC), so that writes into the middle of an existing
+// file keep the rest. Nothing is copied: the spool pins the committed
+// version and reads what was not written from it (see spool). Called with
+// f.mu held.
 func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
-	sf, err := os.CreateTemp(f.fsys.spool, "w-")
-	if err != nil {
-		return f.fsys.errno("create spool", err)
-	}
-	sp := &spool{f: sf}
+	var base *store.File
 	if !empty {
-		src, err := f.fsys.s.OpenIno(f.ino.Load())
-		if err == nil {
-			_, err = io.Copy(sf, io.NewSectionReader(src, 0, src.Size()))
-			sp.size = src.Size()
-			src.Close()
+		var err error
+		if base, err = f.fsys.s.OpenIno(f.ino.Load()); err != nil {
+			return f.stale("open for write", err)
 		}
-		if err != nil {
-			sf.Close()
-			os.Remove(sf.Name())
-			return f.stale("copy to spool", err)
+	}
+	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash)
+	if err != nil {
+		if base != nil {
+			base.Close()
 		}
+		return f.fsys.errno("start spool", err)
 	}
 	f.sp = sp
 	f.writing.Store(true)
 	return 0
 }
 
-// dropSpool discards the spool. Called with f.mu held.
-func (f *fileNode) dropSpool() {
+// dropSpool discards the spool: its file, unless the store adopted it as
+// a pack, and its pin of the committed version. Called with f.mu held.
+func (f *fileNode) dropSpool(adopted bool) {
 	if f.sp != nil {
-		f.sp.f.Close()
-		os.Remove(f.sp.f.Name())
+		f.sp.close(!adopted)
 		f.sp = nil
 		f.writing.Store(false)
 	}
@@ -244,7 +221,11 @@ func (f *fileNode) unhold() {
 	}
 }
 
-// commitLocked ingests the spool as the file's new content if it changed.
+// commitLocked commits the spool's changes as the file's new content, if
+// it changed: only the chunks it changed are hashed and stored (see
+// store.CommitChanges), and after the commit the spool is dropped, since
+// the committed version is all it held; a later write starts a new one,
+// over the new version.
 // It is not cancelled when the caller is interrupted: the kernel sends an
 // interrupt for any signal the caller receives (Go programs get SIGURG for
 // preemption all the time), and a close(2) or fsync(2) that failed with
@@ -257,8 +238,16 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
-	fi, st, err := f.fsys.s.CommitIno(ctx, f.ino.Load(), f.sp.f, f.sp.size,
-		store.CommitOptions{Mtime: f.sp.mtime, Ctime: f.sp.ctime, Adopt: true, Hold: f.held != 0})
+	// The commit takes over the writer's hold and the spool's pin of the
+	// version it replaces (CommitOptions.Unhold, Close), so that a version
+	// no reader pins is released in the commit's own transaction.
+	ino := f.ino.Load()
+	opts := store.CommitOptions{Mtime: f.sp.mtime, Ctime: f.sp.ctime, Adopt: true,
+		Hold: f.held != 0, Unhold: f.held != 0 && f.held == ino}
+	if f.sp.base != nil {
+		opts.Close = []*store.File{f.sp.base}
+	}
+	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, f.sp.changes(), f.sp, opts)
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -266,7 +255,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return f.fsys.errno("commit", err)
 	}
-	f.fsys.Metrics.countCommit(fi.Size, st.NewBytes, st.ReusedBytes, st.ZeroBytes, st.Adopted, time.Since(start))
+	f.fsys.Metrics.countCommit(fi.Size, st, time.Since(start))
 	// Readers move to the new version before the spool goes: a reader
 	// that finds no spool must find this version, not the one before
 	// (shorter, perhaps: a reply shorter than the size the kernel has from
@@ -274,6 +263,9 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	old := f.held
 	if old != 0 {
 		f.held = fi.Ino // the commit held the new version
+	}
+	if opts.Unhold {
+		old = 0 // and dropped the hold of the old one
 	}
 	f.ino.Store(fi.Ino)
 	f.version++
@@ -283,15 +275,8 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 		f.serveLocked(fi.Ino)
 	}
 	f.vmu.Unlock()
-	if st.Adopted {
-		// The spool became a pack: it is the store's now. A later write
-		// starts a new spool from the committed content.
-		f.sp.f.Close()
-		f.sp = nil
-		f.writing.Store(false)
-	} else {
-		f.sp.dirty = false
-	}
+	// An adopted spool became a pack: it is the store's now.
+	f.dropSpool(st.Adopted)
 	if old != 0 {
 		if err := f.fsys.s.Unhold(old); err != nil {
 			f.fsys.log.Warn("release the previous version", "ino", old, "err", err)
@@ -365,10 +350,9 @@ func (f *fileNode) openWriter(ctx context.Context, trunc bool) (*writer, syscall
 			f.sp.modified()
 		}
 	} else if trunc && f.sp.size > 0 {
-		if err := f.sp.f.Truncate(0); err != nil {
+		if err := f.sp.truncate(0); err != nil {
 			return nil, f.fsys.errno("truncate", err)
 		}
-		f.sp.size = 0
 		f.sp.modified()
 	}
 	f.writers++
@@ -522,7 +506,7 @@ func (f *fileNode) readSpool(dest []byte, off int64) (fuse.ReadResult, syscall.E
 	if off >= f.sp.size {
 		return fuse.ReadResultData(nil), 0
 	}
-	n, err := f.sp.f.ReadAt(dest[:min(int64(len(dest)), f.sp.size-off)], off)
+	n, err := f.sp.ReadAt(dest[:min(int64(len(dest)), f.sp.size-off)], off)
 	if err != nil && err != io.EOF {
 		return nil, f.fsys.errno("read spool", err)
 	}
@@ -544,11 +528,8 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			return 0, e
 		}
 	}
-	n, err := f.sp.f.WriteAt(data, off)
+	n, err := f.sp.write(data, off)
 	f.fsys.Metrics.WriteBytes.Add(float64(n))
-	if end := off + int64(n); end > f.sp.size {
-		f.sp.size = end
-	}
 	if n > 0 {
 		f.sp.modified()
 	}
@@ -593,7 +574,7 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	e := f.commitLocked(context.Background()) // the caller has gone; finish the work
 	f.writers--
 	if f.writers == 0 {
-		f.dropSpool()
+		f.dropSpool(false)
 		f.unhold()
 	}
 	return e

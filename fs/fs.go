@@ -25,6 +25,9 @@ type Options struct {
 	// ExpireEvery is how often blobs past their grace period are
 	// released; 0 means a minute.
 	ExpireEvery time.Duration
+	// NoWriteHash turns off hashing chunks as they are written, leaving
+	// it to the commit (for measuring what it saves).
+	NoWriteHash bool
 }
 
 // FS is a mounted store.
@@ -41,6 +44,8 @@ type FS struct {
 	Metrics *Metrics
 	// fds logs running out of descriptors, once per kind.
 	fds *fdlimit.Reporter
+	// noWriteHash: see Options.NoWriteHash.
+	noWriteHash bool
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the
@@ -84,7 +89,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
-		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics()}
+		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics(), noWriteHash: opts.NoWriteHash}
 	fsys.splice = canSplice
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)

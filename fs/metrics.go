@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvfs/kvfs/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,6 +29,7 @@ type Metrics struct {
 	DedupBytes    prometheus.Counter // bytes that ingests found stored already
 	ZeroBytes     prometheus.Counter
 	AdoptedSpools prometheus.Counter
+	HashedBytes   prometheus.Counter // bytes that commits read and hashed
 	ViewHits      prometheus.Counter // /.kvfs/whole views found resolved
 	ViewMisses    prometheus.Counter
 	ViewParses    prometheus.Counter // snapshot headers parsed for /.kvfs/whole
@@ -85,9 +87,11 @@ func NewMetrics() *Metrics {
 		DedupBytes:    c("kvfs_dedup_bytes_total", "Bytes that commits found already stored."),
 		ZeroBytes:     c("kvfs_zero_bytes_total", "Bytes committed as zero runs."),
 		AdoptedSpools: c("kvfs_adopted_spools_total", "Commits whose spool became a pack as it was."),
-		ViewHits:      c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots."),
-		ViewMisses:    c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot."),
-		ViewParses:    c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views."),
+		HashedBytes: c("kvfs_commit_hashed_bytes_total",
+			"Bytes that commits read and hashed: the changed chunks not hashed as they were written, or whole files that are committed whole."),
+		ViewHits:   c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots."),
+		ViewMisses: c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot."),
+		ViewParses: c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views."),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvfs_errors_total",
 			Help: "FUSE requests that failed, by errno."}, []string{"errno"}),
 		errnos: map[syscall.Errno]prometheus.Counter{},
@@ -106,7 +110,7 @@ func NewMetrics() *Metrics {
 // collectors are all of m's metrics.
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReadRequests, m.ReadBytes, m.SplicedReads, m.WriteBytes, m.Commits,
-		m.CommitBytes, m.CommitSeconds, m.NewBytes, m.DedupBytes, m.ZeroBytes, m.AdoptedSpools,
+		m.CommitBytes, m.CommitSeconds, m.NewBytes, m.DedupBytes, m.ZeroBytes, m.AdoptedSpools, m.HashedBytes,
 		m.ViewHits, m.ViewMisses, m.ViewParses, m.errors, m.commitLatency, m.readLatency, m.lookupLatency}
 }
 
@@ -132,16 +136,17 @@ func (m *Metrics) countError(e syscall.Errno) {
 	m.errors.WithLabelValues(fmt.Sprintf("errno%d", int(e))).Inc()
 }
 
-// countCommit records an ingest that took d.
-func (m *Metrics) countCommit(size, newBytes, reused, zeros int64, adopted bool, d time.Duration) {
+// countCommit records a commit of size bytes that took d.
+func (m *Metrics) countCommit(size int64, st *store.PutStats, d time.Duration) {
 	m.Commits.Inc()
 	m.CommitBytes.Add(float64(size))
 	m.CommitSeconds.Add(d.Seconds())
 	m.commitLatency.Observe(d.Seconds())
-	m.NewBytes.Add(float64(newBytes))
-	m.DedupBytes.Add(float64(reused))
-	m.ZeroBytes.Add(float64(zeros))
-	if adopted {
+	m.NewBytes.Add(float64(st.NewBytes))
+	m.DedupBytes.Add(float64(st.ReusedBytes))
+	m.ZeroBytes.Add(float64(st.ZeroBytes))
+	m.HashedBytes.Add(float64(st.HashedBytes))
+	if st.Adopted {
 		m.AdoptedSpools.Inc()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,10 +17,11 @@ func lookupLike(m *Metrics) { defer m.lookupTimer().observe() }
 // instrumenting every read and lookup costs no garbage.
 func TestMetricsObserveAllocs(t *testing.T) {
 	m := NewMetrics()
+	st := &store.PutStats{NewBytes: 1 << 19, ReusedBytes: 1 << 19, HashedBytes: 1 << 19, Adopted: true}
 	for name, f := range map[string]func(){
 		"read":   func() { tm := m.readTimer(); m.ReadRequests.Inc(); m.ReadBytes.Add(4096); tm.observe() },
 		"lookup": func() { lookupLike(m) },
-		"commit": func() { m.countCommit(1<<20, 1<<19, 1<<19, 0, true, 3*time.Millisecond) },
+		"commit": func() { m.countCommit(1<<20, st, 3*time.Millisecond) },
 		"error":  func() { m.countError(syscall.ENOENT) },
 	} {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {
@@ -39,7 +41,7 @@ func TestMetricsCollector(t *testing.T) {
 	lookupLike(m)
 	lookupLike(m)
 	m.readTimer().observe()
-	m.countCommit(10, 10, 0, 0, false, 2*time.Millisecond)
+	m.countCommit(10, &store.PutStats{NewBytes: 10}, 2*time.Millisecond)
 	m.countError(syscall.Errno(200)) // not a known errno: a series of its own
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -37,6 +37,19 @@ type CommitOptions struct {
 	// between the commit and the hold. The caller releases it with
 	// Unhold.
 	Hold bool
+	// Unhold and Close drop, once the commit succeeds, the caller's hold
+	// (Store.Hold) and open files (Store.OpenIno; Close on them does
+	// nothing afterwards) of the version the commit replaces, as if the
+	// caller did right after it. Not after: in the commit's transaction,
+	// so that a version that nothing else pins is released there and the
+	// chunks both versions list keep their counts (a reference moves from
+	// one manifest to the other), instead of one transaction adding a
+	// reference to every chunk of the file and another, at the release of
+	// the orphaned version, taking it back. A small change to a large file
+	// then touches the records of its changed chunks only. A failed commit
+	// leaves them held and open.
+	Unhold bool
+	Close  []*File
 }
 
 // place puts the new chunks of an adoptable source: in the file itself,

@@ -66,6 +66,12 @@ type writeJob struct {
 // all cores, and hands the new chunks to a writer goroutine: reading batch
 // k+2, hashing k+1 and writing k overlap.
 func (in *ingest) chunkAll(ctx context.Context) error {
+	// The size, unless the plan covers only changes; counted before
+	// readBatches splits regions in place.
+	var want int64
+	for _, r := range in.plan.regions {
+		want += r.n
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan *batch, 1)
@@ -132,9 +138,9 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 	if err == nil {
 		err = werr
 	}
-	if err == nil && done != in.size {
+	if err == nil && done != want {
 		if err = ctx.Err(); err == nil {
-			err = fmt.Errorf("read %d of %d source bytes", done, in.size)
+			err = fmt.Errorf("read %d of %d source bytes", done, want)
 		}
 	}
 	return err
@@ -148,7 +154,9 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 	for len(regs) > 0 {
 		b := &batch{off: regs[0].off}
 		var n int64
-		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes) {
+		// A batch is one contiguous run of the source: the regions of a
+		// commit of changes (CommitChanges) leave gaps.
+		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes && regs[0].off == b.off+n) {
 			r := regs[0]
 			if !r.row && !r.zero && n+r.n > batchBytes {
 				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
@@ -221,6 +229,11 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 			}
 			r.zero = false
 		}
+		if r.known {
+			items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, id: r.sum}}})
+			continue
+		}
+		in.stats.HashedBytes += r.n
 		if r.row {
 			items = append(items, item{r: r})
 			continue

@@ -45,6 +45,13 @@ type PutStats struct {
 	ZeroBytes    int64  // bytes stored as zero runs
 	ParentReused int64  // bytes matched against the parent snapshot's chunks
 	Parent       uint64 // the parent snapshot's inode, 0 if none
+	// HashedBytes are the bytes the ingest read and hashed: all of them
+	// for a Put, only the changed chunks not hashed while they were
+	// written for CommitChanges.
+	HashedBytes int64
+	// Changes: the commit reused the previous version's unchanged chunks
+	// (CommitChanges), rather than chunking the whole content.
+	Changes bool
 }
 
 // PutFile ingests the local file src as path.
@@ -134,6 +141,16 @@ type ingest struct {
 	ctime   time.Time // CommitOptions.Ctime; zero means now
 	fresh   []chunkRef
 	adopted *adoptedPack
+	// keep, for a commit of changes (CommitChanges), are the unchanged
+	// extents of the previous version and the zero runs, merged with the
+	// chunked changes by offset; prevManifest is the previous version's
+	// manifest ID, which the commit checks it still replaces.
+	keep         []chunkRef
+	prevManifest string
+	// pinsMoved are the caller's pins of the target that the commit drops
+	// (CommitOptions.Unhold and Close), closeFiles its files.
+	pinsMoved  int
+	closeFiles []*File
 }
 
 // adoptedPack is a spool file renamed into the packs directory.
@@ -202,7 +219,10 @@ type hashWriter interface {
 func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	s := in.s
 	s.reserve.fill() // before the write takes the room (no-op while held)
-	in.plan = s.planFor(in.src, in.size, in.comps)
+	// CommitChanges plans its own.
+	if in.plan == nil {
+		in.plan = s.planFor(in.src, in.size, in.comps)
+	}
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
 	if in.plan.kind == kindBlob {
 		in.blob = sha256.New()
@@ -210,6 +230,9 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	t0 := time.Now()
 	if err := in.chunkAll(ctx); err != nil {
 		return nil, err
+	}
+	if in.keep != nil {
+		in.refs = mergeRefs(in.refs, in.keep)
 	}
 	if in.adopt != nil {
 		if err := in.place(); err != nil {
@@ -309,6 +332,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
 	var held uint64
+	var releasePrev bool
 	update := s.updateReleasing
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
@@ -321,6 +345,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			s.unpinHeld(held) // an earlier try did not commit
 			held = 0
 		}
+		var shared map[blockstore.ID]bool
+		var err error
+		if releasePrev, shared, err = in.releasable(tx); err != nil {
+			return err
+		}
+		moved := map[blockstore.ID]bool{} // listed by both versions
 		dead := map[uint32]int64{}
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
@@ -328,6 +358,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		slices.SortFunc(ids, func(a, b blockstore.ID) int { return bytes.Compare(a[:], b[:]) })
 		for _, id := range ids {
 			st := in.states[id]
+			if shared[id] && !st.written {
+				moved[id] = true // the released version's reference moves here
+				continue
+			}
 			c, err := tx.Chunk(id)
 			switch {
 			case err == nil:
@@ -370,6 +404,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		if err != nil {
 			return err
 		}
+		if in.prevManifest != "" && (prev == nil || prev.ManifestID != in.prevManifest) {
+			return fmt.Errorf("%w: inode %d's content changed while its changes were committed", errChangedBase, in.target)
+		}
 		// The name may have changed since the ingest began (a rename of
 		// the file being written): a blob name must match this content.
 		if dir, err := tx.Inode(parent); err != nil {
@@ -385,7 +422,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			if in.target != 0 {
 				keep = tx.XattrValues(prev.Ino, prev.Xattrs)
 			}
-			if freed, err = s.dropInode(tx, prev); err != nil {
+			if releasePrev {
+				freed, err = s.releaseInodeExcept(tx, prev, moved)
+			} else {
+				freed, err = s.dropInode(tx, prev)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -472,5 +514,66 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		freed = append(freed, a.holes...)
 	}
 	s.punch(freed)
+	in.dropPins(releasePrev)
 	return fi, nil, nil
+}
+
+// releasable reports whether the commit releases the version it replaces
+// in its transaction: a commit to an inode whose pins are all the
+// caller's, which it drops (CommitOptions.Unhold, Close). Then shared are
+// the chunks of that version, whose counts do not change for the chunks
+// that the new version lists too. Called in the commit's transaction,
+// which holds the pin lock: no pin can be taken meanwhile.
+func (in *ingest) releasable(tx *manifest.Tx) (bool, map[blockstore.ID]bool, error) {
+	if in.pinsMoved == 0 || in.target == 0 {
+		return false, nil, nil
+	}
+	in.s.mu.Lock()
+	mine := in.s.open[in.target] == in.pinsMoved
+	in.s.mu.Unlock()
+	if !mine {
+		return false, nil, nil
+	}
+	n, err := tx.Inode(in.target)
+	if errors.Is(err, manifest.ErrNotFound) {
+		return false, nil, nil // destination says what to do
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	if n.IsDir() || n.Blob != "" || n.Name == "" {
+		return false, nil, nil // the usual drop (blob records, orphans)
+	}
+	m, err := tx.Manifest(in.target)
+	if err != nil {
+		return false, nil, err
+	}
+	shared := make(map[blockstore.ID]bool, len(m))
+	for _, id := range m.Chunks() {
+		shared[id] = true
+	}
+	return true, shared, nil
+}
+
+// dropPins drops the caller's pins of the replaced version after a
+// successful commit: only counts when the commit released it, otherwise
+// as unpins (the last one releases the orphan).
+func (in *ingest) dropPins(released bool) {
+	s := in.s
+	for _, f := range in.closeFiles {
+		f.closeOnce.Do(func() {})
+	}
+	if released {
+		s.mu.Lock()
+		if s.open[in.target] -= in.pinsMoved; s.open[in.target] <= 0 {
+			delete(s.open, in.target)
+		}
+		s.mu.Unlock()
+		return
+	}
+	for range in.pinsMoved {
+		if err := s.unpin(in.target); err != nil {
+			s.log.Warn("release the replaced version", "ino", in.target, "err", err)
+		}
+	}
 }

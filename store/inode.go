@@ -445,6 +445,7 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		in.adopt = f
 	}
 	in.hold = opts.Hold
+	in.movePins(ino, opts)
 	fi, err := in.run(ctx)
 	in.finish(err)
 	if err != nil {

@@ -25,6 +25,10 @@ type region struct {
 	// reusing parent's chunks for as long as they match.
 	row    bool
 	parent []parentChunk
+	// known marks one whole chunk whose sha256 (sum) was computed as it
+	// was written (CommitChanges): it is not hashed again.
+	known bool
+	sum   blockstore.ID
 }
 
 // parentChunk is one chunk of a parent snapshot's row.

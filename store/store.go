@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -364,13 +365,23 @@ func (s *Store) releaseOrphan(ino uint64) error {
 // blob pins, and (through retire) a blob content it was the last name of,
 // in tx.
 func (s *Store) releaseInode(tx *manifest.Tx, n *manifest.Inode) ([]blockstore.Loc, error) {
+	return s.releaseInodeExcept(tx, n, nil)
+}
+
+// releaseInodeExcept is releaseInode, leaving the counts of the chunks in
+// keep as they are (their references move to a new version).
+func (s *Store) releaseInodeExcept(tx *manifest.Tx, n *manifest.Inode, keep map[blockstore.ID]bool) ([]blockstore.Loc, error) {
 	var freed []blockstore.Loc
 	if !n.IsDir() {
 		m, err := tx.Manifest(n.Ino)
 		if err != nil && !errors.Is(err, manifest.ErrNotFound) {
 			return nil, err
 		}
-		if freed, err = tx.Release(m.Chunks()); err != nil {
+		ids := m.Chunks()
+		if keep != nil {
+			ids = slices.DeleteFunc(ids, func(id blockstore.ID) bool { return keep[id] })
+		}
+		if freed, err = tx.Release(ids); err != nil {
 			return nil, err
 		}
 		f, err := s.unpinBlobs(tx, n.Ino)

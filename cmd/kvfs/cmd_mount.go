@@ -38,6 +38,9 @@ type mountOptions struct {
 	// keepPipeLimit leaves fs.pipe-max-size as it is (for tests of
 	// splicing at the kernel's default limit).
 	keepPipeLimit bool
+	// noWriteHash turns off hashing chunks as they are written (to
+	// measure what it saves).
+	noWriteHash bool
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,6 +60,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("ready-fd")
 	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
 	fs.MarkHidden("keep-pipe-limit")
+	fs.BoolVar(&o.noWriteHash, "no-write-hash", false, "testing: do not hash chunks as they are written (the commit hashes them), to measure what hashing while writing saves")
+	fs.MarkHidden("no-write-hash")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -161,6 +166,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.keepPipeLimit {
 		flags = append(flags, "--keep-pipe-limit")
 	}
+	if o.noWriteHash {
+		flags = append(flags, "--no-write-hash")
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
@@ -223,7 +231,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		return fail(err)
 	}
 	defer s.Close()
-	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE,
+	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
 		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,338 @@
+package fs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/store"
+)
+
+// spool is a file being written: the changes to its committed version
+// (base), until they are committed. Opening a large file to change a few
+// bytes must not copy it, and committing the change must not rehash it
+// (store.CommitChanges), so the spool records only what was written, by
+// cells of the store's chunk size C (cell i is [i·C, (i+1)·C)): a written
+// cell is dirty and the spool file holds all of its bytes at their offset
+// (the committed bytes of a cell that a write covers only in part are
+// copied in first); every other cell reads from base below keep, and is
+// zeros from keep on. The spool file is sparse and always as long as the
+// file. Methods are called with the node's mu held, except the hasher's
+// (see cell), which share only the cells' sums, under sumMu.
+type spool struct {
+	f     *os.File
+	size  int64
+	dirty bool // changed since the last commit
+	// mtime and ctime are the times the commit gives the new version:
+	// those of the last write or truncation, or the mtime a utimensat set
+	// after it (see keepTimes). Valid while dirty.
+	mtime, ctime time.Time
+
+	C int64
+	// base is the committed version that the spool changes (pinned while
+	// the spool lives); nil when nothing of it is kept.
+	base *store.File
+	// keep is how much of base is still in place: a truncation lowers it
+	// (the bytes past it are gone even if the file grows again).
+	keep  int64
+	cells map[int64]*cell // the dirty cells
+	// noHash turns off hashing while writing (for measurements).
+	noHash bool
+
+	// hashq feeds the goroutine that hashes cells while the file is
+	// written (started by the first); hashing counts the cells queued and
+	// not yet hashed.
+	hashq   chan hashJob
+	hashing sync.WaitGroup
+	sumMu   sync.Mutex // guards every cell's gen, sum and summed
+}
+
+// cell is a dirty cell. A write that reaches the end of a cell (the engine
+// writes rows in order) queues it to be hashed from the spool file on
+// another goroutine, beside the writer, so that its commit need not read
+// and hash it; any later change of the cell drops the hash (gen counts
+// them, so a hash of bytes that changed meanwhile is not kept).
+type cell struct {
+	gen    uint64
+	sum    blockstore.ID
+	summed bool
+}
+
+// hashJob asks for the hash of cell c, at off, as of its generation gen.
+type hashJob struct {
+	c   *cell
+	gen uint64
+	off int64
+}
+
+// hashQueue is how many cells may wait to be hashed; a cell that finds
+// the queue full is left to the commit.
+const hashQueue = 256
+
+// newSpool starts a spool in dir over base (nil for an empty file).
+func newSpool(dir string, base *store.File, C int64, noHash bool) (*spool, error) {
+	f, err := os.CreateTemp(dir, "w-")
+	if err != nil {
+		return nil, fmt.Errorf("create spool: %w", err)
+	}
+	sp := &spool{f: f, C: C, base: base, cells: map[int64]*cell{}, noHash: noHash}
+	if base != nil {
+		sp.size, sp.keep = base.Size(), base.Size()
+		if err := f.Truncate(sp.size); err != nil {
+			sp.close(true)
+			return nil, fmt.Errorf("size spool %s: %w", f.Name(), err)
+		}
+	}
+	return sp, nil
+}
+
+// modified records a change of the content: the file's mtime and ctime
+// are now, until a utimensat sets the mtime.
+func (sp *spool) modified() {
+	now := time.Now()
+	sp.dirty, sp.mtime, sp.ctime = true, now, now
+}
+
+// close drops the spool: its file (removed unless the store adopted it)
+// and its pin of base.
+func (sp *spool) close(remove bool) {
+	if sp.hashq != nil {
+		sp.hashing.Wait()
+		close(sp.hashq)
+	}
+	sp.f.Close()
+	if remove {
+		os.Remove(sp.f.Name())
+	}
+	sp.dropBase()
+}
+
+func (sp *spool) dropBase() {
+	if sp.base != nil {
+		sp.base.Close()
+		sp.base = nil
+	}
+}
+
+// materialize makes clean cell i dirty, copying in its committed bytes.
+func (sp *spool) materialize(i int64) error {
+	a := i * sp.C
+	if b := min(a+sp.C, sp.keep); sp.base != nil && a < b {
+		buf := make([]byte, b-a)
+		if _, err := sp.base.ReadAt(buf, a); err != nil && err != io.EOF {
+			return fmt.Errorf("read committed bytes at %d: %w", a, err)
+		}
+		if _, err := sp.f.WriteAt(buf, a); err != nil {
+			return fmt.Errorf("copy committed bytes at %d to spool: %w", a, err)
+		}
+	}
+	sp.cells[i] = &cell{}
+	return nil
+}
+
+// materializeEnd makes the last cell dirty if it is short and kept: a file
+// that grows changes it (its committed chunk is shorter than the cell).
+func (sp *spool) materializeEnd() error {
+	if sp.size%sp.C == 0 {
+		return nil
+	}
+	i := sp.size / sp.C
+	if sp.cells[i] != nil || i*sp.C >= sp.keep {
+		return nil
+	}
+	return sp.materialize(i)
+}
+
+// write writes data at off.
+func (sp *spool) write(data []byte, off int64) (int, error) {
+	end := off + int64(len(data))
+	if len(data) == 0 {
+		return 0, nil
+	}
+	if end > sp.size {
+		if err := sp.materializeEnd(); err != nil {
+			return 0, err
+		}
+	}
+	first, last := off/sp.C, (end-1)/sp.C
+	for i := first; i <= last; i++ {
+		if sp.cells[i] != nil {
+			continue
+		}
+		a, b := max(off, i*sp.C), min(end, i*sp.C+sp.C)
+		if i*sp.C < sp.keep && (a > i*sp.C || b < min(i*sp.C+sp.C, sp.keep)) {
+			if err := sp.materialize(i); err != nil {
+				return 0, err
+			}
+		} else {
+			sp.cells[i] = &cell{}
+		}
+	}
+	sp.sumMu.Lock()
+	for i := first; i <= last; i++ {
+		sp.cells[i].changed()
+	}
+	sp.sumMu.Unlock()
+	n, err := sp.f.WriteAt(data, off)
+	if e := off + int64(n); e > sp.size {
+		sp.size = e
+	}
+	if err == nil && !sp.noHash {
+		// Every cell whose end the write reached: in order, it is done.
+		for i := first; (i+1)*sp.C <= end; i++ {
+			sp.queueHash(i)
+		}
+	}
+	return n, err
+}
+
+// changed drops the cell's hash. Called with sumMu held.
+func (c *cell) changed() {
+	c.gen++
+	c.summed = false
+}
+
+// queueHash queues dirty cell i to be hashed, unless the queue is full.
+func (sp *spool) queueHash(i int64) {
+	if sp.hashq == nil {
+		sp.hashq = make(chan hashJob, hashQueue)
+		go sp.hasher(sp.hashq)
+	}
+	c := sp.cells[i]
+	sp.sumMu.Lock()
+	j := hashJob{c: c, gen: c.gen, off: i * sp.C}
+	sp.sumMu.Unlock()
+	sp.hashing.Add(1)
+	select {
+	case sp.hashq <- j:
+	default:
+		sp.hashing.Done() // the commit will hash it
+	}
+}
+
+// hasher hashes queued cells from the spool file. It reads the file while
+// the writer may write the same cell: such a write changed the cell's
+// generation before it began, so the hash is dropped.
+func (sp *spool) hasher(q <-chan hashJob) {
+	buf := make([]byte, sp.C)
+	for j := range q {
+		sp.hashCell(j, buf)
+		sp.hashing.Done()
+	}
+}
+
+// hashCell hashes a queued cell, keeping the sum if the cell did not
+// change since it was queued.
+func (sp *spool) hashCell(j hashJob, buf []byte) {
+	if n, _ := sp.f.ReadAt(buf, j.off); n == len(buf) {
+		sum := blockstore.Sum(buf)
+		sp.sumMu.Lock()
+		if j.c.gen == j.gen {
+			j.c.sum, j.c.summed = sum, true
+		}
+		sp.sumMu.Unlock()
+	}
+}
+
+// truncate sets the file's size.
+func (sp *spool) truncate(size int64) error {
+	switch {
+	case size < sp.size:
+		if k := size / sp.C; size%sp.C != 0 {
+			if sp.cells[k] == nil && k*sp.C < sp.keep {
+				if err := sp.materialize(k); err != nil {
+					return err
+				}
+			}
+			if c := sp.cells[k]; c != nil {
+				sp.sumMu.Lock()
+				c.changed() // a shorter cell
+				sp.sumMu.Unlock()
+			}
+		}
+		for i := range sp.cells {
+			if i*sp.C >= size {
+				delete(sp.cells, i)
+			}
+		}
+		sp.keep = min(sp.keep, size)
+		if sp.keep == 0 {
+			sp.dropBase() // nothing of it is left
+		}
+	case size > sp.size:
+		if err := sp.materializeEnd(); err != nil {
+			return err
+		}
+	}
+	if err := sp.f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate spool %s: %w", sp.f.Name(), err)
+	}
+	sp.size = size
+	return nil
+}
+
+// fromBase reports whether the byte at pos reads from base.
+func (sp *spool) fromBase(pos int64) bool {
+	return pos < sp.keep && sp.cells[pos/sp.C] == nil
+}
+
+// ReadAt reads the file's bytes as written so far (io.ReaderAt: the
+// source of a commit that needs the whole content).
+func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
+	if off >= sp.size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	end := min(off+int64(len(p)), sp.size)
+	for pos := off; pos < end; {
+		base := sp.fromBase(pos)
+		next := min((pos/sp.C+1)*sp.C, end)
+		for next < end && sp.fromBase(next) == base {
+			next = min(next+sp.C, end)
+		}
+		var src io.ReaderAt = sp.f
+		if base {
+			next = min(next, sp.keep)
+			src = sp.base
+		}
+		buf := p[pos-off : next-off]
+		n, err := src.ReadAt(buf, pos)
+		if err != nil && err != io.EOF {
+			return int(pos - off), fmt.Errorf("read spool at %d: %w", pos, err)
+		}
+		clear(buf[n:]) // past the end of what holds them: zeros
+		pos = next
+	}
+	if n := int(end - off); n < len(p) {
+		return n, io.EOF
+	}
+	return len(p), nil
+}
+
+// changes describes the spool's content as changes to base, for the
+// commit.
+func (sp *spool) changes() store.Changes {
+	sp.hashing.Wait() // hashes in flight are nearly done: wait, not redo
+	ch := store.Changes{Size: sp.size, Spool: sp.f}
+	if sp.base != nil {
+		ch.Keep = sp.keep
+	}
+	idx := make([]int64, 0, len(sp.cells))
+	for i := range sp.cells {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	sp.sumMu.Lock()
+	defer sp.sumMu.Unlock()
+	for _, i := range idx {
+		c := sp.cells[i]
+		ch.Dirty = append(ch.Dirty, store.DirtyChunk{Index: i, Sum: c.sum, Summed: c.summed})
+	}
+	return ch
+}

@@ -1,0 +1,168 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/store"
+	"github.com/kvfs/kvfs/store/storetest"
+)
+
+// TestSpoolModel: random writes (many of them runs of whole cells in
+// order, the pattern hashed while writing) and truncations of a spool over
+// a committed version, against a model. After every operation the spool
+// reads as the model, and every cell it says is hashed (once the hashes
+// queued are done) has the sha256 of its bytes; every few operations the changes are committed
+// (store.CommitChanges) and the new version reads as the model, and the
+// next spool starts over it. The store's invariants are checked at the end.
+func TestSpoolModel(t *testing.T) {
+	const C = 4096
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := storetest.New(t, storetest.Options{ChunkSize: C})
+		r := rand.New(rand.NewPCG(seed, 1))
+		rnd := func(n int64) []byte {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(r.Uint32()) | 1 // never zero: a lost byte shows
+			}
+			return b
+		}
+		model := rnd(40*C + 123)
+		ctx := context.Background()
+		fi, _, err := s.Put(ctx, bytes.NewReader(model), int64(len(model)), "f", store.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ino := fi.Ino
+		var sp *spool
+		start := func() {
+			base, err := s.OpenIno(ino)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sp, err = newSpool(filepath.Join(s.Dir(), "spool"), base, C, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start()
+		summed := 0
+		for op := 0; op < 300; op++ {
+			size := int64(len(model))
+			switch p := r.IntN(10); {
+			case p < 4: // a run of whole cells in order, in pieces
+				off := r.Int64N(60) * C
+				end := off + (1+r.Int64N(4))*C
+				for off < end {
+					n := min(end-off, 1+r.Int64N(3*C))
+					b := rnd(n)
+					if _, err := sp.write(b, off); err != nil {
+						t.Fatal(err)
+					}
+					model = writeModel(model, b, off)
+					off += n
+				}
+			case p < 8:
+				off, b := r.Int64N(64*C), rnd(1+r.Int64N(2*C))
+				if _, err := sp.write(b, off); err != nil {
+					t.Fatal(err)
+				}
+				model = writeModel(model, b, off)
+			default:
+				sz := r.Int64N(64 * C)
+				if err := sp.truncate(sz); err != nil {
+					t.Fatal(err)
+				}
+				if sz < size {
+					model = model[:sz]
+				} else {
+					model = append(model, make([]byte, sz-size)...)
+				}
+			}
+			got := make([]byte, len(model)+10)
+			n, _ := sp.ReadAt(got, 0)
+			if n != len(model) || !bytes.Equal(got[:n], model) {
+				t.Fatalf("seed %d op %d: the spool reads %d bytes, not the model's %d (or other bytes)", seed, op, n, len(model))
+			}
+			sp.hashing.Wait()
+			for i, c := range sp.cells {
+				if c.summed {
+					summed++
+					if a := i * C; a+C > int64(len(model)) || c.sum != blockstore.Sum(model[a:a+C]) {
+						t.Fatalf("seed %d op %d: cell %d's sum is not the sha256 of its bytes", seed, op, i)
+					}
+				}
+			}
+			if op%25 == 24 {
+				opts := store.CommitOptions{Adopt: true}
+				if op%50 == 49 {
+					opts.Close = []*store.File{sp.base} // the pin moves to the commit
+				}
+				nfi, _, err := s.CommitChanges(ctx, ino, sp.changes(), sp, opts)
+				if err != nil {
+					t.Fatalf("seed %d op %d: %v", seed, op, err)
+				}
+				sp.close(true) // an adopted spool file is gone already
+				ino = nfi.Ino
+				f, err := s.OpenIno(ino)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, f.Size())
+				f.ReadAt(got, 0)
+				f.Close()
+				if !bytes.Equal(got, model) {
+					t.Fatalf("seed %d op %d: the commit reads back %d bytes, not the model's %d (or other bytes)", seed, op, len(got), len(model))
+				}
+				start()
+			}
+		}
+		sp.close(true)
+		if summed == 0 {
+			t.Fatalf("seed %d: no cell was hashed while written", seed)
+		}
+	}
+}
+
+// writeModel writes b at off into model, growing it as a file grows.
+func writeModel(model, b []byte, off int64) []byte {
+	if end := off + int64(len(b)); end > int64(len(model)) {
+		model = append(model, make([]byte, end-int64(len(model)))...)
+	}
+	copy(model[off:], b)
+	return model
+}
+
+// TestSpoolStaleHash: a hash computed for a cell that a write changed
+// after it was queued is dropped, not kept as the cell's sum.
+func TestSpoolStaleHash(t *testing.T) {
+	const C = 4096
+	s := storetest.New(t, storetest.Options{ChunkSize: C})
+	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close(true)
+	if _, err := sp.write(bytes.Repeat([]byte{1}, C), 0); err != nil {
+		t.Fatal(err)
+	}
+	sp.hashing.Wait()
+	c := sp.cells[0]
+	if !c.summed || c.sum != blockstore.Sum(bytes.Repeat([]byte{1}, C)) {
+		t.Fatal("a cell written whole was not hashed")
+	}
+	stale := hashJob{c: c, gen: c.gen, off: 0}
+	if _, err := sp.write([]byte{2}, 10); err != nil { // does not reach the cell's end
+		t.Fatal(err)
+	}
+	if c.summed {
+		t.Fatal("a write kept the cell's old sum")
+	}
+	sp.hashCell(stale, make([]byte, C)) // finishes after the write
+	if c.summed {
+		t.Fatal("a hash queued before a write was kept after it")
+	}
+}

@@ -1,0 +1,258 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// A file written through the mount changes a few chunks of a large file
+// more often than it replaces the whole: an fsync after a 4 KiB write into
+// 256 MiB must cost a chunk, not the file. CommitChanges commits a new
+// version described as changes to the current one. The file is seen as a
+// grid of cells of the store's chunk size C (cell i is [i·C, (i+1)·C)); a
+// plain file's manifest is on that grid (its chunks are cut every C bytes
+// from 0), so an unchanged cell is an unchanged chunk: its manifest entry is
+// reused as it is, and only the changed (dirty) cells are read, hashed and
+// stored. A dirty cell whose sha256 the writer computed as it wrote the
+// cell whole is not even read, unless its bytes are new to the store.
+
+// errChangedBase: the version that changes were made to is no longer the
+// file's current one.
+var errChangedBase = errors.New("previous version replaced")
+
+// DirtyChunk is a cell of the grid whose bytes changed.
+type DirtyChunk struct {
+	Index int64 // the cell [Index·C, (Index+1)·C) ∩ [0, Size)
+	// Sum is the sha256 of the cell's bytes when Summed, computed as they
+	// were written (a full cell only; ignored for a shorter last cell).
+	Sum    blockstore.ID
+	Summed bool
+}
+
+// Changes describes a new version of a file as changes to its current
+// version.
+type Changes struct {
+	Size int64 // the new size
+	// Keep is how much of the current version's content is still in
+	// place: a cell that is not dirty holds the current version's bytes
+	// below Keep and zeros from Keep on. Keep is at most the current
+	// size; a truncation lowers it (a cell that a truncation cuts is
+	// dirty), and 0 says nothing is kept (O_TRUNC, a new file).
+	Keep int64
+	// Dirty are the changed cells, by ascending Index. A cell below Keep
+	// whose length changes (the current version's last, shorter cell,
+	// when the file grows) must be dirty, or the commit fails.
+	Dirty []DirtyChunk
+	// Spool holds every dirty cell's bytes at its offset (and nothing
+	// else: it may be sparse). With CommitOptions.Adopt it may become a
+	// pack, as CommitIno's source does.
+	Spool *os.File
+}
+
+// CommitChanges commits ch as the new content of the file whose current
+// inode is ino, like CommitIno: unchanged cells reuse the current
+// version's chunks (each gets a reference from the new manifest in the
+// commit's transaction; the current version's references go when it is
+// released, as for any commit), and only the dirty cells are chunked.
+//
+// src is the whole new content. It is read only when the change cannot be
+// committed as changes, and then whole, as by CommitIno: a file whose name
+// makes it a snapshot (.mlxkv, chunked by tensor rows from its header) or
+// a blob (a blocks directory: named by the sha256 of its whole content),
+// or whose current version is not on the chunk grid (stored from a
+// snapshot, or by a store with another chunk size). With nothing kept
+// (Keep 0), that full commit reads the spool itself, which then holds the
+// whole content, and may adopt it.
+func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src io.ReaderAt, opts CommitOptions) (*FileInfo, *PutStats, error) {
+	var comps []string
+	var prev *manifest.Inode
+	var pm manifest.Manifest
+	err := s.db.View(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) || err == nil && n.Name == "" {
+			return fs.ErrNotExist
+		}
+		if err != nil {
+			return err
+		}
+		comps, prev = inoComps(tx, n), n
+		if ch.Keep > 0 {
+			pm, err = tx.Manifest(ino)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, inoErr("commit", ino, "", err)
+	}
+	C := s.chunkSize
+	if wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C) {
+		if ch.Keep == 0 {
+			return s.CommitIno(ctx, ino, ch.Spool, ch.Size, opts)
+		}
+		return s.CommitIno(ctx, ino, src, ch.Size, opts)
+	}
+	in := &ingest{s: s, src: ch.Spool, size: ch.Size, comps: comps, target: ino,
+		opts: PutOptions{Mtime: opts.Mtime}, ctime: opts.Ctime, states: map[blockstore.ID]*chunkState{},
+		hold: opts.Hold, plan: &plan{kind: kindPlain}}
+	if opts.Adopt {
+		in.adopt = ch.Spool
+	}
+	if err := in.planChanges(ch, pm); err != nil {
+		return nil, nil, inoErr("commit", ino, "", err)
+	}
+	if ch.Keep > 0 {
+		in.prevManifest = prev.ManifestID
+	}
+	in.stats.Changes = true
+	in.movePins(ino, opts)
+	fi, err := in.run(ctx)
+	in.finish(err)
+	if err != nil {
+		return nil, nil, inoErr("commit", ino, "", err)
+	}
+	return fi, &in.stats, nil
+}
+
+// wholeContent reports whether a file at comps is chunked from its whole
+// content (see planFor): a blob, or a snapshot.
+func wholeContent(comps []string) bool {
+	name := comps[len(comps)-1]
+	return inBlocksDir(comps) || strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp")
+}
+
+// onGrid reports whether every extent of m starts at a multiple of C and
+// every chunk is at most C long (zero runs may be longer): then each cell
+// of the grid is one chunk, or part of a zero run.
+func onGrid(m manifest.Manifest, C int64) bool {
+	var off int64
+	for _, e := range m {
+		if off%C != 0 || !e.Zero && e.Len > C {
+			return false
+		}
+		off += e.Len
+	}
+	return true
+}
+
+// planChanges plans a commit of changes: the dirty cells become the
+// regions to chunk (runs of cells to hash, and cells hashed already), and
+// the cells between them are kept (in.keep): the previous version's
+// extents below Keep, zero runs above it.
+func (in *ingest) planChanges(ch Changes, pm manifest.Manifest) error {
+	C := in.s.chunkSize
+	size := ch.Size
+	keep := min(ch.Keep, size)
+	if keep > pm.Size() {
+		return fmt.Errorf("changes keep %d bytes of a %d-byte version", ch.Keep, pm.Size())
+	}
+	if !sort.SliceIsSorted(ch.Dirty, func(i, j int) bool { return ch.Dirty[i].Index < ch.Dirty[j].Index }) {
+		return errors.New("dirty chunks out of order")
+	}
+	// starts[k] is where pm's extent k begins.
+	starts := make([]int64, len(pm))
+	var off int64
+	for k, e := range pm {
+		starts[k] = off
+		off += e.Len
+	}
+	// gap keeps [a, b), which lies between dirty cells.
+	gap := func(a, b int64) error {
+		if a >= b {
+			return nil
+		}
+		below := min(b, keep)
+		k := sort.Search(len(pm), func(k int) bool { return starts[k]+pm[k].Len > a })
+		for pos := a; pos < below; k++ {
+			e, start := pm[k], starts[k]
+			end := min(start+e.Len, below)
+			if e.Zero {
+				in.keep = append(in.keep, chunkRef{off: pos, n: end - pos, zero: true})
+				in.stats.ZeroBytes += end - pos
+			} else {
+				// A kept chunk is the same cell in both versions: whole,
+				// or the last and still last.
+				if start != pos || start+e.Len > below || e.Len != C && start+e.Len != size {
+					return fmt.Errorf("chunk at %d (%d bytes) changed but is not dirty (kept %d bytes, size %d)",
+						start, e.Len, keep, size)
+				}
+				in.keep = append(in.keep, chunkRef{off: pos, n: e.Len, id: e.ID})
+				if _, ok := in.states[e.ID]; !ok {
+					in.states[e.ID] = &chunkState{off: pos}
+				}
+				in.stats.ReusedBytes += e.Len
+			}
+			pos = end
+		}
+		if from := max(a, below); from < b {
+			in.keep = append(in.keep, chunkRef{off: from, n: b - from, zero: true})
+			in.stats.ZeroBytes += b - from
+		}
+		return nil
+	}
+	var pos int64 // the end of the last dirty cell
+	for i, d := range ch.Dirty {
+		a := d.Index * C
+		if d.Index < 0 || a >= size || i > 0 && d.Index == ch.Dirty[i-1].Index {
+			return fmt.Errorf("dirty chunk %d of a %d-byte file", d.Index, size)
+		}
+		b := min(a+C, size)
+		if err := gap(pos, a); err != nil {
+			return err
+		}
+		regs := &in.plan.regions
+		last := len(*regs) - 1
+		switch {
+		case d.Summed && b-a == C:
+			*regs = append(*regs, region{off: a, n: C, known: true, sum: d.Sum})
+		case last >= 0 && !(*regs)[last].known && (*regs)[last].off+(*regs)[last].n == a:
+			(*regs)[last].n += b - a // one run to hash
+		default:
+			*regs = append(*regs, region{off: a, n: b - a})
+		}
+		pos = b
+	}
+	if err := gap(pos, size); err != nil {
+		return err
+	}
+	if in.keep == nil {
+		in.keep = []chunkRef{} // merged even when nothing is kept
+	}
+	return nil
+}
+
+// mergeRefs merges two lists of chunk references, each in file order, into
+// one in file order.
+func mergeRefs(a, b []chunkRef) []chunkRef {
+	out := make([]chunkRef, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].off < b[0].off {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// movePins records the pins of the replaced version ino that the commit
+// drops (CommitOptions.Unhold, Close).
+func (in *ingest) movePins(ino uint64, opts CommitOptions) {
+	if opts.Unhold {
+		in.pinsMoved++
+	}
+	for _, f := range opts.Close {
+		if f != nil && f.ino == ino {
+			in.pinsMoved++
+			in.closeFiles = append(in.closeFiles, f)
+		}
+	}
+}
