@@ -297,17 +297,16 @@ func benchBlocksSeries(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 			}
 		}
 		for j, s := range []struct {
-			bytes int
-			ns    string
-			key   string
-		}{{64 << 10, "b64k", "write-64KiB"}, {1 << 20, "b1m", "write-1MiB"}} {
+			bytes          int
+			ns, key, label string
+		}{{64 << 10, "b64k", "write-64KiB", "64 KiB"}, {1 << 20, "b1m", "write-1MiB", "1 MiB"}} {
 			syscall.Sync()
 			// A new conversation per series: kvfs deduplicates across
 			// namespaces, the engine does not.
 			out := runClientOK(b, "wb-blockseries", fmt.Sprint(s.bytes), fmt.Sprint(10*i+j+1), counts,
 				filepath.Join(roots[0], s.ns), filepath.Join(roots[1], s.ns))
 			x := wbFields(b, out, 2)
-			tab.add(b, wbTimeRow(fmt.Sprintf("blocks-layout series write (%s tokens), %d KiB blocks", counts, s.bytes>>10), s.key,
+			tab.add(b, wbTimeRow(fmt.Sprintf("blocks-layout series write (%s tokens), %s blocks", counts, s.label), s.key,
 				x[1], x[0], "s", 1.5))
 		}
 		var lists [2]string
