@@ -101,9 +101,14 @@ func (b bucket) Put(k, v []byte) error {
 	case int64(len(v)) > bolt.MaxValueSize:
 		return berrors.ErrValueTooLarge
 	}
-	b.j.w.set(b.i, &entry{key: bytes.Clone(k), val: append(make([]byte, 0, len(v)), v...)})
+	b.j.w.set(b.i, &entry{key: clip(k), val: clip(v)})
 	return nil
 }
+
+// clip copies b into a slice of its own with no room past its end, so
+// that a caller's append to what Get or a cursor returns copies rather
+// than writing into memory that other transactions share.
+func clip(b []byte) []byte { return append(make([]byte, 0, len(b)), b...) }
 
 // Delete removes k; a missing key is no error. In journal mode it records
 // a tombstone only when a lower layer holds the key: deleting what is not
@@ -122,7 +127,7 @@ func (b bucket) Delete(k []byte) error {
 		}
 	}
 	if below {
-		b.j.w.set(b.i, &entry{key: bytes.Clone(k), del: true})
+		b.j.w.set(b.i, &entry{key: clip(k), del: true})
 	} else {
 		b.j.w.unset(b.i, k)
 	}

@@ -54,9 +54,12 @@ type JournalOptions struct {
 	// AfterCheckpoint, if set, runs once bbolt holds every record up to
 	// seq, before the journal is truncated (the store punches the chunks
 	// those records freed: irreversible effects wait until the release is
-	// durable). An error leaves the journal untruncated; the records are
-	// replayed again, harmlessly, if the store crashes. It must not call
-	// Checkpoint or Close.
+	// durable). An error leaves the journal untruncated (the records are
+	// replayed again, harmlessly, if the store crashes), and the next
+	// checkpoint calls it again with the same or a later seq. It may run
+	// during Open, when replay meets more records than the bound; it is
+	// not called for a checkpoint that a crash cut short (the store
+	// reconciles at open). It must not call Checkpoint or Close.
 	AfterCheckpoint func(seq uint64) error
 	// Logger receives the errors of background checkpoints (default
 	// slog.Default()).
@@ -91,6 +94,9 @@ type journal struct {
 	// number.
 	ckptMu  sync.Mutex
 	ckptSeq atomic.Uint64
+	// finished is the last checkpoint whose AfterCheckpoint and
+	// truncation are done (guarded by ckptMu).
+	finished uint64
 
 	kick chan struct{} // wakes the checkpointer (buffered, 1)
 	stop chan struct{}
@@ -131,6 +137,7 @@ func (db *DB) openJournal(o JournalOptions) error {
 	})
 	j.cur.Store(&version{seq: s, dropped: s})
 	j.ckptSeq.Store(s)
+	j.finished = s
 	db.j = j
 	// Records up to s are in bbolt; truncating them also tells the log
 	// to number the next records after s, should it have lost its tail.
@@ -163,8 +170,8 @@ func (db *DB) openJournal(o JournalOptions) error {
 		return fmt.Errorf("replay journal after %d: %w", s, err)
 	}
 	if applied {
-		if err := o.Log.Truncate(j.ckptSeq.Load()); err != nil {
-			return fmt.Errorf("truncate journal up to %d: %w", j.ckptSeq.Load(), err)
+		if err := db.checkpointLocked(true); err != nil {
+			return err
 		}
 	}
 	go db.checkpointer()
@@ -318,10 +325,36 @@ func (db *DB) Checkpoint() error {
 
 func (db *DB) checkpointLocked(truncate bool) error {
 	j := db.j
-	v := j.cur.Load()
-	if v.seq == j.ckptSeq.Load() {
+	if v := j.cur.Load(); v.seq != j.ckptSeq.Load() {
+		if err := db.apply(v); err != nil {
+			return err
+		}
+	}
+	// What follows the bbolt commit is retried by the next checkpoint
+	// until it is done, even with nothing new to apply.
+	s := j.ckptSeq.Load()
+	if j.finished == s {
 		return nil
 	}
+	if j.opts.AfterCheckpoint != nil {
+		if err := j.opts.AfterCheckpoint(s); err != nil {
+			return fmt.Errorf("checkpoint %s up to %d: after commit: %w", db.path, s, err)
+		}
+	}
+	if !truncate {
+		return nil
+	}
+	if err := j.opts.Log.Truncate(s); err != nil {
+		return fmt.Errorf("checkpoint %s up to %d: truncate journal: %w", db.path, s, err)
+	}
+	j.finished = s
+	return nil
+}
+
+// apply writes version v to bbolt, with its sequence number, in one
+// synced transaction, then drops from the overlay the entries applied.
+func (db *DB) apply(v *version) error {
+	j := db.j
 	if j.opts.BeforeCheckpoint != nil {
 		if err := j.opts.BeforeCheckpoint(v.seq); err != nil {
 			return fmt.Errorf("checkpoint %s up to %d: %w", db.path, v.seq, err)
@@ -363,16 +396,6 @@ func (db *DB) checkpointLocked(truncate bool) error {
 		j.cur.Store(j.cur.Load().without(applied[:n], v.seq))
 		j.writeMu.Unlock()
 		applied = applied[n:]
-	}
-	if j.opts.AfterCheckpoint != nil {
-		if err := j.opts.AfterCheckpoint(v.seq); err != nil {
-			return fmt.Errorf("checkpoint %s up to %d: after commit: %w", db.path, v.seq, err)
-		}
-	}
-	if truncate {
-		if err := j.opts.Log.Truncate(v.seq); err != nil {
-			return fmt.Errorf("checkpoint %s up to %d: truncate journal: %w", db.path, v.seq, err)
-		}
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // modelBuckets are the buckets the model test writes: directory entries
@@ -568,5 +570,74 @@ func TestJournalSnapshotPairing(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJournalCheckpointHooks: BeforeCheckpoint runs before the bbolt
+// commit, AfterCheckpoint after it and before the journal is truncated;
+// an UpdateSeq that changes nothing returns the last record's number
+// (so that its Sync covers what it read); Sync of a checkpointed number
+// does not reach the log.
+func TestJournalCheckpointHooks(t *testing.T) {
+	log := &memLog{}
+	var db *DB
+	inBolt := func() bool {
+		found := false
+		db.bolt.View(func(tx *bolt.Tx) error {
+			found = tx.Bucket(bucketDirents).Get(direntKey(RootIno, "a")) != nil
+			return nil
+		})
+		return found
+	}
+	var calls []string
+	opts := JournalOptions{Log: log, Interval: -1,
+		BeforeCheckpoint: func(seq uint64) error {
+			calls = append(calls, fmt.Sprintf("before %d in bbolt %v records %d", seq, inBolt(), len(log.recs)))
+			return nil
+		},
+		AfterCheckpoint: func(seq uint64) error {
+			calls = append(calls, fmt.Sprintf("after %d in bbolt %v records %d", seq, inBolt(), len(log.recs)))
+			return nil
+		}}
+	db, err := Open(filepath.Join(t.TempDir(), "kvfs.db"), true, Params{ChunkSize: 4096}, time.Second, WithJournal(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	seq, err := db.UpdateSeq(func(tx *Tx) error { return tx.Link(RootIno, "a", 7) })
+	if err != nil || seq != 1 {
+		t.Fatalf("seq %d, %v", seq, err)
+	}
+	if again, err := db.UpdateSeq(func(tx *Tx) error { _, err := tx.Lookup(RootIno, "a"); return err }); err != nil || again != seq {
+		t.Fatalf("read-only update: seq %d, %v; want %d", again, err, seq)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"before 1 in bbolt false records 1", "after 1 in bbolt true records 1"}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("hooks: %q, want %q", calls, want)
+	}
+	if len(log.recs) != 0 {
+		t.Fatalf("%d records after the checkpoint", len(log.recs))
+	}
+	if err := db.Sync(seq); err != nil || log.synced != 0 {
+		t.Fatalf("sync of a checkpointed record: %v, log synced to %d", err, log.synced)
+	}
+	// A failed AfterCheckpoint leaves the journal as it was, and the next
+	// checkpoint, with nothing new to apply, calls it again.
+	fail := errors.New("punch failed")
+	opts.AfterCheckpoint = func(uint64) error { return fail }
+	db.j.opts.AfterCheckpoint = opts.AfterCheckpoint
+	if _, err := db.UpdateSeq(func(tx *Tx) error { return tx.Link(RootIno, "b", 8) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); !errors.Is(err, fail) || len(log.recs) != 1 {
+		t.Fatalf("failed hook: %v, %d records", err, len(log.recs))
+	}
+	var again []uint64
+	db.j.opts.AfterCheckpoint = func(seq uint64) error { again = append(again, seq); return nil }
+	if err := db.Checkpoint(); err != nil || !slices.Equal(again, []uint64{2}) || len(log.recs) != 0 {
+		t.Fatalf("retry: %v, hook calls %v, %d records", err, again, len(log.recs))
 	}
 }
