@@ -260,7 +260,7 @@ type kv interface {
 
 func putU64(b kv, k []byte, v uint64) error { return b.Put(k, u64key(v)) }
 
-func getU64(b interface{ Get([]byte) []byte }, k []byte) uint64 {
+func getU64(b kv, k []byte) uint64 {
 	v := b.Get(k)
 	if len(v) != 8 {
 		return 0

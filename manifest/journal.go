@@ -208,11 +208,18 @@ func (db *DB) checkpointer() {
 }
 
 // closeJournal stops the checkpointer and checkpoints what is left, so
-// that a clean close leaves the journal empty.
+// that a clean close leaves the journal empty. If the checkpoint fails,
+// the journal is synced instead: a clean close loses nothing committed.
 func (db *DB) closeJournal() error {
 	close(db.j.stop)
 	<-db.j.done
-	return db.Checkpoint()
+	err := db.Checkpoint()
+	if err != nil {
+		if serr := db.Sync(db.j.cur.Load().seq); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return err
 }
 
 // snapshot returns a consistent pair of a bbolt read transaction and an

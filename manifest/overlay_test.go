@@ -641,3 +641,39 @@ func TestJournalCheckpointHooks(t *testing.T) {
 		t.Fatalf("retry: %v, hook calls %v, %d records", err, again, len(log.recs))
 	}
 }
+
+// TestJournalCloseWithoutCheckpoint: when Close cannot checkpoint (here
+// BeforeCheckpoint fails, as a pack sync on a failing disk would), it
+// syncs the journal instead, and the next open replays it.
+func TestJournalCloseWithoutCheckpoint(t *testing.T) {
+	log := &memLog{}
+	path := filepath.Join(t.TempDir(), "kvfs.db")
+	fail := errors.New("pack sync failed")
+	opts := JournalOptions{Log: log, Interval: -1, BeforeCheckpoint: func(uint64) error { return fail }}
+	db, err := Open(path, true, Params{ChunkSize: 4096}, time.Second, WithJournal(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *Tx) error { return tx.Link(RootIno, "a", 7) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); !errors.Is(err, fail) {
+		t.Fatalf("close: %v", err)
+	}
+	log.crash()
+	opts.BeforeCheckpoint = nil
+	if db, err = Open(path, false, Params{}, time.Second, WithJournal(opts)); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(func(tx *Tx) error {
+		ino, err := tx.Lookup(RootIno, "a")
+		if err == nil && ino != 7 {
+			err = fmt.Errorf("ino %d", ino)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
