@@ -3,6 +3,7 @@ module github.com/kvfs/kvfs
 go 1.26.0
 
 require (
+	github.com/google/btree v1.1.3
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

@@ -62,13 +62,21 @@ type DB struct {
 	// secured.
 	allocMu   sync.Mutex
 	allocated int64
+
+	// j is the state of journal mode (journal.go); nil in plain mode,
+	// where every Update is a synced bbolt transaction.
+	j *journal
 }
 
 // Open opens the index at path. With create, a missing index is created with
 // params; otherwise a missing index is an error. bbolt's file lock makes the
 // opener the only process using the store; a second opener fails after
-// timeout.
-func Open(path string, create bool, params Params, timeout time.Duration) (*DB, error) {
+// timeout. WithJournal opens it in journal mode.
+func Open(path string, create bool, params Params, timeout time.Duration, options ...Option) (*DB, error) {
+	var oo openOptions
+	for _, o := range options {
+		o(&oo)
+	}
 	opts := &bolt.Options{Timeout: timeout, NoFreelistSync: false}
 	if !create {
 		if _, err := os.Stat(path); err != nil {
@@ -117,7 +125,7 @@ func Open(path string, create bool, params Params, timeout time.Duration) (*DB, 
 			putU64(meta, keyNextPack, 1)
 			now := time.Now().UnixNano()
 			root := &Inode{Ino: RootIno, Mode: fs.ModeDir | 0o755, Mtime: now, Ctime: now}
-			return (&Tx{tx}).PutInode(root)
+			return (&Tx{tx: tx}).PutInode(root)
 		}
 		if v := getU64(meta, keyVersion); v != SchemaVersion {
 			return fmt.Errorf("%w: schema version %d, this kvfs reads %d", ErrParams, v, SchemaVersion)
@@ -129,6 +137,12 @@ func Open(path string, create bool, params Params, timeout time.Duration) (*DB, 
 		return nil, fmt.Errorf("open index %s: %w", path, err)
 	}
 	db.allocate()
+	if oo.journal != nil {
+		if err := db.openJournal(*oo.journal); err != nil {
+			db.closeBolt()
+			return nil, fmt.Errorf("open index %s: %w", path, err)
+		}
+	}
 	return db, nil
 }
 
@@ -148,18 +162,30 @@ func missingBuckets(b *bolt.DB) bool {
 // Path is the index file's path.
 func (db *DB) Path() string { return db.path }
 
-// Close closes the index.
+// Close closes the index; in journal mode, it first checkpoints the
+// overlay, so that a clean close leaves nothing to replay.
 func (db *DB) Close() error {
+	var err error
+	if db.j != nil {
+		err = db.closeJournal()
+	}
+	if cerr := db.closeBolt(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (db *DB) closeBolt() error {
 	err := db.bolt.Close()
 	db.file.Close()
 	return err
 }
 
-// Update runs fn in a read-write transaction, committed (and synced) if fn
-// returns nil.
+// Update runs fn in a read-write transaction, committed if fn returns nil:
+// synced in plain mode; in journal mode, appended to the journal, durable
+// with the next Sync (UpdateSeq, UpdateSync).
 func (db *DB) Update(fn func(*Tx) error) error {
-	err := db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
-	db.allocate()
+	_, err := db.UpdateSeq(fn)
 	return err
 }
 
@@ -196,15 +222,27 @@ func (db *DB) allocate() {
 	}
 }
 
-// View runs fn in a read-only transaction.
+// View runs fn in a read-only transaction: a consistent snapshot of the
+// index (in journal mode, of the overlay version and bbolt together).
 func (db *DB) View(fn func(*Tx) error) error {
-	return db.bolt.View(func(tx *bolt.Tx) error { return fn(&Tx{tx}) })
+	if db.j == nil {
+		return db.bolt.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	}
+	tx, v, err := db.snapshot()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(&Tx{tx: tx, j: &jtx{v: v}})
 }
 
 // Tx is a transaction on the index.
-type Tx struct{ tx *bolt.Tx }
-
-func (t *Tx) b(name []byte) *bolt.Bucket { return t.tx.Bucket(name) }
+type Tx struct {
+	// tx is the bbolt transaction: the transaction itself in plain mode,
+	// the read transaction under the overlay in journal mode.
+	tx *bolt.Tx
+	j  *jtx // nil in plain mode
+}
 
 // Params returns the store's parameters.
 func (t *Tx) Params() Params {
@@ -213,9 +251,16 @@ func (t *Tx) Params() Params {
 
 func u64key(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-func putU64(b *bolt.Bucket, k []byte, v uint64) error { return b.Put(k, u64key(v)) }
+// kv is what putU64 and getU64 need of a bucket: bbolt's or the
+// package's (bucket).
+type kv interface {
+	Get(k []byte) []byte
+	Put(k, v []byte) error
+}
 
-func getU64(b *bolt.Bucket, k []byte) uint64 {
+func putU64(b kv, k []byte, v uint64) error { return b.Put(k, u64key(v)) }
+
+func getU64(b kv, k []byte) uint64 {
 	v := b.Get(k)
 	if len(v) != 8 {
 		return 0

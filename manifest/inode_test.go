@@ -76,9 +76,11 @@ func TestInodeRoundTrip(t *testing.T) {
 
 // TestInodeNamesInDB stores odd names through the index and reads them back
 // after reopening, by inode and through the directory entry.
-func TestInodeNamesInDB(t *testing.T) {
+func TestInodeNamesInDB(t *testing.T) { inBothModes(t, testInodeNamesInDB) }
+
+func testInodeNamesInDB(t *testing.T, open opener) {
 	path := filepath.Join(t.TempDir(), "kvfs.db")
-	db, err := Open(path, true, Params{ChunkSize: 4096}, time.Second)
+	db, err := open(path, true, Params{ChunkSize: 4096}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestInodeNamesInDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if db, err = Open(path, false, Params{}, time.Second); err != nil {
+	if db, err = open(path, false, Params{}, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
@@ -134,7 +136,9 @@ func TestInodeNamesInDB(t *testing.T) {
 const legacyInode = `{"mode":420,"size":100000,"mtime":1700000000000000000,"ctime":1700000000000000001,"uid":1000,"gid":100,` +
 	`"xattrs":{"user.k":"dmFsdWU="},"manifestId":"blake3-ab","kind":"plain","parent":1,"name":"café.mlxkv"}`
 
-func TestInodeLegacyJSON(t *testing.T) {
+func TestInodeLegacyJSON(t *testing.T) { inBothModes(t, testInodeLegacyJSON) }
+
+func testInodeLegacyJSON(t *testing.T, open opener) {
 	n, err := unmarshalInode(9, []byte(legacyInode))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +151,7 @@ func TestInodeLegacyJSON(t *testing.T) {
 	// A store made before keeps working: the record is read in place and
 	// rewritten in binary when it changes.
 	path := filepath.Join(t.TempDir(), "kvfs.db")
-	db, err := Open(path, true, Params{ChunkSize: 4096}, time.Second)
+	db, err := open(path, true, Params{ChunkSize: 4096}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +263,9 @@ func TestInodeEncodeBounds(t *testing.T) {
 // recovers the name from its entry, and records whose mangled names grew
 // past 255 bytes (a name, an xattr name) can still be written back: the
 // directory they describe must stay changeable.
-func TestInodeLegacyMangledNames(t *testing.T) {
+func TestInodeLegacyMangledNames(t *testing.T) { inBothModes(t, testInodeLegacyMangledNames) }
+
+func testInodeLegacyMangledNames(t *testing.T, open opener) {
 	raw := strings.Repeat("\xe9", 100) // 100 bytes; 300 as U+FFFD
 	mangled := strings.Repeat("\uFFFD", 100)
 	rec, err := json.Marshal(map[string]any{"mode": 0o40755, "parent": 1, "name": raw,
@@ -270,7 +276,7 @@ func TestInodeLegacyMangledNames(t *testing.T) {
 	if !strings.Contains(string(rec), `\ufffd`) && !strings.Contains(string(rec), mangled) {
 		t.Fatalf("json.Marshal kept the invalid bytes: %s", rec)
 	}
-	db, err := Open(filepath.Join(t.TempDir(), "kvfs.db"), true, Params{ChunkSize: 4096}, time.Second)
+	db, err := open(filepath.Join(t.TempDir(), "kvfs.db"), true, Params{ChunkSize: 4096}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,12 +40,14 @@ func TestManifestEncoding(t *testing.T) {
 	}
 }
 
-func TestDB(t *testing.T) {
+func TestDB(t *testing.T) { inBothModes(t, testDB) }
+
+func testDB(t *testing.T, open opener) {
 	path := filepath.Join(t.TempDir(), "kvfs.db")
-	if _, err := Open(path, false, Params{}, time.Second); err == nil {
+	if _, err := open(path, false, Params{}, time.Second); err == nil {
 		t.Fatal("opened a missing index without create")
 	}
-	db, err := Open(path, true, Params{ChunkSize: 4096}, time.Second)
+	db, err := open(path, true, Params{ChunkSize: 4096}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db, err = Open(path, false, Params{}, time.Second)
+	db, err = open(path, false, Params{}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func TestDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(path, false, Params{}, 50*time.Millisecond); err == nil {
+	if _, err := open(path, false, Params{}, 50*time.Millisecond); err == nil {
 		t.Fatal("second opener got the lock")
 	}
 }

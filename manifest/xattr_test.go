@@ -10,8 +10,10 @@ import (
 // TestXattrBucket: attributes are kept one key each, apart from the inode
 // record (which a set leaves as it was), neighbours' keys do not mix (inode
 // 1's and 256's), and DeleteInode drops them with the inode.
-func TestXattrBucket(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "db"), true, Params{ChunkSize: 4096}, 0)
+func TestXattrBucket(t *testing.T) { inBothModes(t, testXattrBucket) }
+
+func testXattrBucket(t *testing.T, open opener) {
+	db, err := open(filepath.Join(t.TempDir(), "db"), true, Params{ChunkSize: 4096}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +81,10 @@ func TestXattrBucket(t *testing.T) {
 
 // TestMigrateXattrs: a legacy record's inline attributes move to the
 // bucket, and the record is rewritten without them.
-func TestMigrateXattrs(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "db"), true, Params{ChunkSize: 4096}, 0)
+func TestMigrateXattrs(t *testing.T) { inBothModes(t, testMigrateXattrs) }
+
+func testMigrateXattrs(t *testing.T, open opener) {
+	db, err := open(filepath.Join(t.TempDir(), "db"), true, Params{ChunkSize: 4096}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
