@@ -110,9 +110,9 @@
 // elsewhere (for kvfs, the bbolt index), and checkpoint: apply the
 // records up to some seq there, make that durable, record seq there in
 // the same transaction, and only then call Truncate(seq). At open, call
-// Replay(seq) with the checkpointed seq and apply what it yields; the
-// records may include some the checkpoint already holds if Truncate had
-// not yet freed their segment, so applying must be idempotent or keyed by
-// seq. Never Truncate past what the checkpoint made durable: those
-// records may be reused at any time.
+// Replay(seq) with the checkpointed seq and apply what it yields: exactly
+// the records after it, whether or not Truncate ran before the crash.
+// Never Truncate past what the checkpoint made durable: freed segments
+// are reused at any time. Append does no I/O unless Options.BufferSize
+// bytes are waiting; Replay's callback must not call the Journal.
 package journal
