@@ -216,3 +216,61 @@ func TestTruncateReopen(t *testing.T) {
 		t.Fatalf("next seq after reopen %d", seq)
 	}
 }
+
+// TestSwitchSyncsOldSegment: moving to a new segment fdatasyncs the old
+// one first, even when no Sync was asked for (a header on disk must prove
+// the records before it durable), and Open fdatasyncs what it recovered
+// (after a process kill it may be in the page cache only).
+func TestSwitchSyncsOldSegment(t *testing.T) {
+	var mu sync.Mutex
+	synced := map[*os.File]int{}
+	o := testOptions(nil)
+	o.BufferSize = 4096
+	o.MaxFree = 100
+	o.SyncFile = func(f *os.File) error {
+		mu.Lock()
+		synced[f]++
+		mu.Unlock()
+		return fdatasync(f)
+	}
+	dir := t.TempDir()
+	// Make free segments to recycle, so that no segment creation (which
+	// syncs too) happens below.
+	j := mustOpen(t, dir, o)
+	appendN(t, j, 0, 3000, false)
+	if err := j.Truncate(3000); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clear(synced)
+	mu.Unlock()
+	j = mustOpen(t, dir, o)
+	defer j.Close()
+	mu.Lock()
+	if head := j.chain[len(j.chain)-1]; synced[head.f] == 0 {
+		t.Fatal("Open did not fdatasync the recovered segment")
+	}
+	clear(synced)
+	mu.Unlock()
+	if len(j.free) < 3 {
+		t.Fatalf("%d free segments", len(j.free))
+	}
+	for i := range 1500 {
+		if _, err := j.Append(payloadFor(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(j.chain) < 3 {
+		t.Fatalf("%d segments", len(j.chain))
+	}
+	for _, s := range j.chain[:len(j.chain)-1] {
+		if synced[s.f] == 0 {
+			t.Fatalf("%s was left for %s without an fdatasync", s.path, j.chain[len(j.chain)-1].path)
+		}
+	}
+}
