@@ -82,11 +82,15 @@ func createSegment(dir string, num int, size int64, sync func(*os.File) error) (
 		os.Remove(tmp)
 		return nil, fmt.Errorf("journal: create segment: %w", err)
 	}
-	s.path = final
+	f.Close()
 	if err := syncDir(dir); err != nil {
-		f.Close()
 		return nil, err
 	}
+	// Reopened under its final name, which errors from the *os.File carry.
+	if s.f, err = os.OpenFile(final, os.O_RDWR, 0); err != nil {
+		return nil, fmt.Errorf("journal: create segment: %w", err)
+	}
+	s.path = final
 	return s, nil
 }
 
