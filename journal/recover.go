@@ -45,6 +45,12 @@ func (j *Journal) recover(segs []*segment) error {
 		return j.start()
 	}
 	slices.SortFunc(live, func(a, b *segment) int { return cmp.Compare(a.firstSeq, b.firstSeq) })
+	for i := 1; i < len(live); i++ {
+		if live[i].firstSeq == live[i-1].firstSeq {
+			return &CorruptError{Path: live[i].path, Offset: 0, Seq: live[i].firstSeq, Reason: fmt.Sprintf(
+				"%s begins at the same seq", filepath.Base(live[i-1].path))}
+		}
+	}
 	r := &segReader{}
 	for i, s := range live[:len(live)-1] {
 		end, next, err := j.scan(r, s)
@@ -68,6 +74,15 @@ func (j *Journal) recover(segs []*segment) error {
 		return err
 	}
 	j.chain = live
+	if seal && end == segHeaderSize {
+		// Not one valid record: rather than a new segment beginning at
+		// the same seq, a new life of this one (the leftovers carry the
+		// old epoch).
+		if err := head.writeHeader(segHeader{epoch: newEpoch(), firstSeq: head.firstSeq}); err != nil {
+			return err
+		}
+		seal = false
+	}
 	if !seal && head.size < j.opts.SegmentSize {
 		if err := head.ensureSize(j.opts.SegmentSize, j.opts.SyncFile); err != nil {
 			return err
@@ -137,6 +152,8 @@ func (j *Journal) scan(r *segReader, s *segment) (end int64, next uint64, err er
 // they are dropped. Their valid records stay in the segment, so it is
 // sealed (seal): new records go to a new segment with a new epoch, and a
 // later recovery cannot take the leftovers for records written since.
+// (A segment without one valid record gets a new epoch instead, so that
+// no two segments begin at the same seq.)
 func (j *Journal) classifyTail(r *segReader, s *segment, off int64, seq uint64) (seal bool, err error) {
 	n, maxSynced, first, err := r.later(off, s.epoch, seq, j.opts.MaxPayload)
 	if err != nil {

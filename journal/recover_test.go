@@ -310,3 +310,38 @@ func TestDamagedOnlyHeader(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 }
+
+// TestSealEmptySegment: the last segment's first record is damaged and a
+// valid record no sync covered follows. The segment gets a new epoch
+// rather than a successor beginning at the same seq (two segments
+// claiming one first seq cannot be ordered); the leftover never replays.
+// Found by TestPowerLoss.
+func TestSealEmptySegment(t *testing.T) {
+	dir := t.TempDir()
+	const a, b = 0xa, 0xb
+	craftSegment(t, dir, 1, testSegSize, segHeader{}) // free: the first to be reused
+	craftSegment(t, dir, 2, testSegSize, segHeader{epoch: a, firstSeq: 1},
+		frame(1, 0, a, "one"), frame(2, 1, a, "two"), frame(3, 2, a, "three"))
+	torn := frame(4, 3, b, "four")
+	torn[recHeaderSize] ^= 1
+	craftSegment(t, dir, 3, testSegSize, segHeader{epoch: b, firstSeq: 4}, torn, frame(5, 3, b, "five, never synced"))
+	var lb logBuf
+	j := mustOpen(t, dir, testOptions(&lb))
+	if !strings.Contains(lb.String(), "records no sync covered") {
+		t.Fatalf("log: %s", lb.String())
+	}
+	appendN(t, j, 0, 1, true)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		j = mustOpen(t, dir, testOptions(nil))
+		got := replayAll(t, j, 0)
+		if len(got) != 4 || string(got[2].payload) != "three" || !bytes.Equal(got[3].payload, payloadFor(0)) {
+			t.Fatalf("replayed %d records: %v", len(got), got)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
