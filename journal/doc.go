@@ -92,7 +92,8 @@
 // old epoch and lower sequence numbers, so they fail the epoch check and
 // the sequence check, and their CRCs cannot vouch for them. When recovery
 // drops a tail after which valid records of the current life remain, it
-// seals that segment (new records go to a new one, with a new epoch), so
+// seals that segment (new records go to a new one, with a new epoch; a
+// segment left without one valid record gets a new epoch itself), so
 // those leftovers can never pass for records written later at the same
 // offsets. Recovery also fdatasyncs what it found before calling it
 // durable: after a process kill, records may have been in the page cache

@@ -132,7 +132,9 @@ type Stats struct {
 // there is none, and recovers: it finds the last valid record, drops a
 // torn tail (logged), and makes what it recovered durable. Call Replay to
 // read the records. Open fails with a CorruptError when committed records
-// are missing or damaged.
+// are missing or damaged. It reads every live segment, the last one to
+// its end (a damaged record may hide valid ones after it), so its cost is
+// that of reading the records since the last Truncate plus one segment.
 func Open(dir string, opts Options) (*Journal, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
