@@ -236,6 +236,10 @@ func (d *mirrorDir) Opendir(ctx context.Context) syscall.Errno {
 }
 
 func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	// Set first: a miss is not cached either (uncachedMiss), since the
+	// views are not told of new names.
+	out.SetEntryTimeout(entryTimeout)
+	out.SetAttrTimeout(entryTimeout)
 	if err := d.valid(); err != nil {
 		return nil, d.fsys.stale("lookup", err)
 	}
@@ -246,8 +250,6 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}
-	out.SetEntryTimeout(entryTimeout)
-	out.SetAttrTimeout(entryTimeout)
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr) // the original's owner and mode
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
