@@ -55,7 +55,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		locked.mu.Lock()
 		defer locked.mu.Unlock()
 	}
-	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
+	fi, err := d.fsys.s.LookupAttr(d.ino.Load(), name)
 	if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
 		// blocks/<sha256> exists for any blob the store holds that the
 		// caller may read, if the caller may create it here.
