@@ -129,7 +129,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 			Options:           []string{"default_permissions"},
 		},
 	}
-	srv, err := fuse.NewServer(&setattrTimeout{RawFileSystem: gofs.NewNodeFS(root, fo), timeout: opts.Timeout}, mnt, &fo.MountOptions)
+	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout}, mnt, &fo.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
@@ -144,25 +144,6 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	}
 	go fsys.expireBlobs(srv, opts.ExpireEvery)
 	return &Server{Server: srv, root: root}, nil
-}
-
-// setattrTimeout is the go-fuse bridge with the mount's attribute timeout
-// on the replies to SETATTR as well: go-fuse gives it to the replies of
-// LOOKUP and GETATTR only, so the attributes of every chmod, chown, utimes
-// and truncate expired at once and the next stat of the file was a round
-// trip. The reply describes the inode as the change left it, as a
-// GETATTR would.
-type setattrTimeout struct {
-	fuse.RawFileSystem
-	timeout time.Duration
-}
-
-func (r *setattrTimeout) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	st := r.RawFileSystem.SetAttr(cancel, in, out)
-	if st == fuse.OK && out.Timeout() == 0 {
-		out.SetTimeout(r.timeout)
-	}
-	return st
 }
 
 // expireBlobs releases blobs past their grace period until the server

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -155,4 +156,40 @@ func TestMetaspeedAcrossProcesses(t *testing.T) {
 	sh(t, fmt.Sprintf("mv %s %s", h, f))
 	present(t, f)
 	missing(t, h)
+}
+
+// TestMetaspeedReadCloseNoFlush: closing a read-only descriptor sends the
+// daemon nothing (FOPEN_NOFLUSH), while closing a written one still
+// flushes, which commits the file for the next reader.
+func TestMetaspeedReadCloseNoFlush(t *testing.T) {
+	m := newMount(t, "--debug-fuse", "--log-level", "debug")
+	log := filepath.Join(m.store, "kvfs.log")
+	flushes := func() int {
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), ": FLUSH ")
+	}
+	f := m.path("f")
+	sh(t, "echo one > "+f)
+	n := flushes()
+	if n == 0 {
+		t.Fatal("no FLUSH in the daemon's debug log: the test cannot count them")
+	}
+	for range 3 {
+		if got := sh(t, "cat "+f); got != "one\n" {
+			t.Fatalf("read %q", got)
+		}
+	}
+	if got := flushes(); got != n {
+		t.Errorf("3 read-only opens and closes sent %d FLUSH requests, want none", got-n)
+	}
+	sh(t, "echo two > "+f)
+	if got := flushes(); got == n {
+		t.Error("closing a written file sent no FLUSH")
+	}
+	if got := sh(t, "cat "+f); got != "two\n" {
+		t.Fatalf("after the write, read %q", got)
+	}
 }
