@@ -193,3 +193,56 @@ func TestMetaspeedReadCloseNoFlush(t *testing.T) {
 		t.Fatalf("after the write, read %q", got)
 	}
 }
+
+// TestMetaspeedRenameTargetNotAdopted: in the engine's blocks protocol,
+// the lookups of blocks/<h> that the rename of <h>.tmp makes (mv's stat,
+// the kernel's lookup of the target) find nothing: the block being
+// written there is not adopted under its final name (a synced write
+// transaction at every block) only for the rename to replace it. The
+// block then reads back, and another namespace still adopts it.
+func TestMetaspeedRenameTargetNotAdopted(t *testing.T) {
+	m := newMount(t, "--debug-fuse", "--log-level", "debug")
+	data := make([]byte, 64<<10)
+	rand.NewChaCha8([32]byte{9}).Read(data)
+	sum := sha256.Sum256(data)
+	h := hex.EncodeToString(sum[:])
+	src := filepath.Join(t.TempDir(), "block")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, fmt.Sprintf("mkdir -p %s %s", m.path("ns/blocks"), m.path("other/blocks")))
+	dst := m.path("ns/blocks/" + h)
+	sh(t, fmt.Sprintf("test ! -e %[2]s && cp %[1]s %[2]s.tmp && sync %[2]s.tmp && mv %[2]s.tmp %[2]s", src, dst))
+
+	// The daemon's replies to the lookups of h, up to the rename.
+	b, err := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := map[string]bool{} // request id → a lookup of h
+	var replies []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, ": RENAME ") {
+			break
+		}
+		if i := strings.Index(l, "rx "); i >= 0 && strings.Contains(l, ": LOOKUP ") && strings.Contains(l, `\"`+h+`\"`) {
+			lookups[strings.Fields(l[i+3:])[0]] = true
+		}
+		if i := strings.Index(l, "tx "); i >= 0 {
+			id := strings.Fields(l[i+3:])[0]
+			if lookups[id] {
+				replies = append(replies, strings.TrimSpace(l[i+3+len(id):]))
+			}
+		}
+	}
+	if len(replies) < 2 {
+		t.Fatalf("found %d replies to lookups of the block before the rename in the debug log, want the existence check's and the rename's: %q", len(replies), replies)
+	}
+	for _, r := range replies {
+		if !strings.Contains(r, "no such file") {
+			t.Errorf("a lookup of blocks/<h> before the rename found it (adopted the block being written): %s", r)
+		}
+	}
+	sh(t, fmt.Sprintf("cmp %s %s", src, dst))
+	sh(t, fmt.Sprintf("cmp %s %s", src, m.path("other/blocks/"+h)))
+}
