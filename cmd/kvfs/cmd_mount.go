@@ -24,7 +24,7 @@ import (
 
 type mountOptions struct {
 	foreground bool
-	options    string
+	options    []string // -o, each comma-separated, as mount(8) takes them
 	verify     bool
 	debugFUSE  bool
 	logLevel   string
@@ -41,13 +41,15 @@ type mountOptions struct {
 	// noWriteHash turns off hashing chunks as they are written (to
 	// measure what it saves).
 	noWriteHash bool
+	// writeback: -o writeback_cache (fs.Options.WritebackCache).
+	writeback bool
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
 	fs := newFlags("mount", "[flags] STORE MOUNTPOINT", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3).", stderr)
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
-	fs.StringVarP(&o.options, "options", "o", "", "comma-separated mount options: allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root)")
+	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
@@ -72,11 +74,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--max-open-packs: want 0 (the default) or more, not %d", o.maxOpenPacks)
 	}
 	allowOther := false
-	for _, opt := range strings.Split(o.options, ",") {
+	for _, opt := range strings.Split(strings.Join(o.options, ","), ",") {
 		switch strings.TrimSpace(opt) {
 		case "":
 		case "allow_other":
 			allowOther = true
+		case "writeback_cache":
+			o.writeback = true
 		case "rw", "defaults", "nodev", "nosuid", "noatime", "relatime", "_netdev", "auto", "noauto", "user", "nouser":
 			// accepted from fstab and mount(8); nothing to do
 		default:
@@ -153,8 +157,8 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		return err
 	}
 	flags := []string{"mount", "--foreground", "--ready-fd", "3", "--log-level", o.logLevel}
-	if o.options != "" {
-		flags = append(flags, "-o", o.options)
+	if len(o.options) > 0 {
+		flags = append(flags, "-o", strings.Join(o.options, ","))
 	}
 	if o.verify {
 		flags = append(flags, "--verify")
@@ -232,7 +236,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	}
 	defer s.Close()
 	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
-		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
+		WritebackCache: o.writeback,
+		ExpireEvery:    min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)
 	}
