@@ -15,8 +15,11 @@ import (
 	"syscall"
 )
 
-// DefaultPackBytes is the size at which an Appender moves to a new pack.
-const DefaultPackBytes = 1 << 30
+// DefaultPackBytes is the size at which an ingest moves to a new pack.
+// Packs are shared by the commits of many files, so their number grows
+// with the bytes stored, not with the files; small enough that a pack
+// whose chunks have all died is removed whole while the store is in use.
+const DefaultPackBytes = 64 << 20
 
 // DefaultMaxOpen is how many pack read descriptors a Dir keeps open when
 // Options.MaxOpen is 0, unless the process's descriptor limit is low: then

@@ -121,7 +121,7 @@ type ingest struct {
 	states  map[blockstore.ID]*chunkState
 	blob    hashWriter // sha256 of the whole content, for blob files
 	blobSum string     // its hex digest, once read
-	slots   []*packSlot
+	slots   []*sharedPack // the shared packs it holds ranges in
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
 	// target, when set, is the inode whose name the new content takes
@@ -272,12 +272,11 @@ func (in *ingest) rewrite(ctx context.Context, missing []blockstore.ID) error {
 		if blockstore.Sum(buf) != id {
 			return fmt.Errorf("source changed during ingest (bytes at %d)", st.off)
 		}
-		app, err := in.appender(n)
+		app, loc, err := in.reserve(n)
 		if err != nil {
 			return err
 		}
-		loc, err := app.Append(buf)
-		if err != nil {
+		if err := app.WriteAt(buf, loc.Off); err != nil {
 			return err
 		}
 		st.written, st.loc = true, loc
@@ -309,6 +308,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var missing []blockstore.ID
 	var freed []blockstore.Loc
 	var held uint64
+	var lengths map[uint32]int64 // of the shared packs
 	update := s.updateReleasing
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
@@ -355,16 +355,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				return err
 			}
 		}
-		for _, p := range in.slots {
-			st, err := tx.Pack(p.app.Pack())
-			if err != nil {
-				return err
-			}
-			st.Committed = p.app.Size()
-			st.Dead += dead[p.app.Pack()]
-			if err := tx.PutPack(p.app.Pack(), st); err != nil {
-				return err
-			}
+		var err error
+		if lengths, err = in.recordPacks(tx, dead); err != nil {
+			return err
 		}
 		parent, name, prev, err := in.destination(tx)
 		if err != nil {
@@ -465,9 +458,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		return nil, missing, err
 	}
-	for _, p := range in.slots {
-		p.committed = p.app.Size()
-	}
+	in.committed(lengths)
 	if a := in.adopted; a != nil {
 		freed = append(freed, a.holes...)
 	}
