@@ -119,8 +119,8 @@ type ingest struct {
 	plan    *plan
 	refs    []chunkRef
 	states  map[blockstore.ID]*chunkState
-	blob    hashWriter // sha256 of the whole content, for blob files
-	blobSum string     // its hex digest, once read
+	blob    hashWriter    // sha256 of the whole content, for blob files
+	blobSum string        // its hex digest, once read
 	slots   []*sharedPack // the shared packs it holds ranges in
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
