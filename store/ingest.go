@@ -119,9 +119,9 @@ type ingest struct {
 	plan    *plan
 	refs    []chunkRef
 	states  map[blockstore.ID]*chunkState
-	blob    hashWriter    // sha256 of the whole content, for blob files
-	blobSum string        // its hex digest, once read
-	slots   []*sharedPack // the shared packs it holds ranges in
+	blob    hashWriter // sha256 of the whole content, for blob files
+	blobSum string     // its hex digest, once read
+	slots   []*sharedPack
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
 	// target, when set, is the inode whose name the new content takes
