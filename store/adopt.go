@@ -67,7 +67,7 @@ func (in *ingest) place() error {
 		// two reservations of this one).
 		start, n := in.fresh[i].off, in.fresh[i].n
 		j := i + 1
-		for ; j < len(in.fresh) && in.fresh[j].off == start+n && n+in.fresh[j].n <= copyRunBytes; j++ {
+		for ; j < len(in.fresh) && in.fresh[j].off == start+n && n+in.fresh[j].n <= min(copyRunBytes, in.s.packBytes); j++ {
 			n += in.fresh[j].n
 		}
 		app, loc, err := in.reserve(n)

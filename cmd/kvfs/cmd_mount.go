@@ -38,6 +38,9 @@ type mountOptions struct {
 	// keepPipeLimit leaves fs.pipe-max-size as it is (for tests of
 	// splicing at the kernel's default limit).
 	keepPipeLimit bool
+	// packBytes is store.Options.PackBytes (for tests that need many
+	// packs).
+	packBytes int64
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,6 +60,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("ready-fd")
 	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
 	fs.MarkHidden("keep-pipe-limit")
+	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
+	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -158,6 +163,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.keepPipeLimit {
 		flags = append(flags, "--keep-pipe-limit")
 	}
+	if o.packBytes > 0 {
+		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
@@ -215,7 +223,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes})
 	if err != nil {
 		return fail(err)
 	}
