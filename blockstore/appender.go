@@ -72,16 +72,30 @@ func (a *Appender) Reserve(n int64) Loc {
 // (a chunk larger than limit still needs a pack); otherwise it reserves
 // nothing and reports false. The check and the reservation are one step,
 // so that concurrent callers cannot together overfill the pack.
-func (a *Appender) TryReserve(n, limit int64) (Loc, bool) {
+//
+// after is the end of the caller's previous reservation in this pack (or
+// -1). Unless the new range follows it directly, it starts at the next
+// multiple of PageSize: the ranges of one writer then start on a page, so
+// that punching them out once they are dead frees every page they fill
+// whole, instead of none when chunks are a page long. The bytes skipped
+// belong to no range.
+func (a *Appender) TryReserve(n, limit, after int64) (Loc, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.end > 0 && a.end+n > limit {
+	start := a.end
+	if start != after {
+		start = (start + PageSize - 1) / PageSize * PageSize
+	}
+	if a.end > 0 && start+n > limit {
 		return Loc{}, false
 	}
-	loc := Loc{Pack: a.pack, Off: a.end, Len: n}
-	a.end += n
+	loc := Loc{Pack: a.pack, Off: start, Len: n}
+	a.end = start + n
 	return loc, true
 }
+
+// PageSize is the unit in which filesystems allocate and punch pack space.
+const PageSize = 4096
 
 // WriteAt fills reserved bytes at pack offset off.
 func (a *Appender) WriteAt(b []byte, off int64) error {

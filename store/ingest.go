@@ -121,7 +121,7 @@ type ingest struct {
 	states  map[blockstore.ID]*chunkState
 	blob    hashWriter // sha256 of the whole content, for blob files
 	blobSum string     // its hex digest, once read
-	slots   []*sharedPack
+	slots   []*packSlot
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
 	// target, when set, is the inode whose name the new content takes
@@ -309,6 +309,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var freed []blockstore.Loc
 	var held uint64
 	var lengths map[uint32]int64 // of the shared packs
+	var dups []blockstore.Loc    // chunks written that a concurrent ingest stored first
 	update := s.updateReleasing
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
@@ -322,6 +323,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			held = 0
 		}
 		dead := map[uint32]int64{}
+		dups = dups[:0]
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
 		ids := m.Chunks()
@@ -334,6 +336,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				c.Refs++
 				if st.written {
 					dead[st.loc.Pack] += st.loc.Len // a concurrent ingest stored it first
+					dups = append(dups, st.loc)
 				}
 			case !errors.Is(err, manifest.ErrNotFound):
 				return err
@@ -462,6 +465,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	if a := in.adopted; a != nil {
 		freed = append(freed, a.holes...)
 	}
+	freed = append(freed, dups...)
 	s.punch(freed)
 	return fi, nil, nil
 }

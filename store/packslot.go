@@ -87,6 +87,14 @@ type sharedPack struct {
 	full bool
 }
 
+// packSlot is a shared pack as one ingest uses it.
+type packSlot struct {
+	*sharedPack
+	// end is the end of the ingest's last range in the pack: a range that
+	// follows it directly needs no alignment (blockstore TryReserve).
+	end int64
+}
+
 // appendPacks are a store's packs open for appending. Guarded by Store.mu.
 type appendPacks struct {
 	// open lists the packs taking new ingests.
@@ -102,11 +110,13 @@ type appendPacks struct {
 func (in *ingest) reserve(n int64) (*blockstore.Appender, blockstore.Loc, error) {
 	s := in.s
 	if k := len(in.slots); k > 0 {
-		if loc, ok := in.slots[k-1].app.TryReserve(n, s.packBytes); ok {
-			return in.slots[k-1].app, loc, nil
+		slot := in.slots[k-1]
+		if loc, ok := slot.app.TryReserve(n, s.packBytes, slot.end); ok {
+			slot.end = loc.End()
+			return slot.app, loc, nil
 		}
 	}
-	for {
+	for fresh := false; ; fresh = true {
 		if sp, loc, ok := s.reserveOpen(in, n); ok {
 			return sp.app, loc, nil
 		}
@@ -117,7 +127,7 @@ func (in *ingest) reserve(n int64) (*blockstore.Appender, blockstore.Loc, error)
 			s.opening.Unlock()
 			return sp.app, loc, nil
 		}
-		sp, err := s.takePack(n)
+		sp, err := s.takePack(n, fresh)
 		if err != nil {
 			s.opening.Unlock()
 			return nil, blockstore.Loc{}, err
@@ -125,17 +135,18 @@ func (in *ingest) reserve(n int64) (*blockstore.Appender, blockstore.Loc, error)
 		s.mu.Lock()
 		s.appending.open = append(s.appending.open, sp)
 		s.appending.byPack[sp.app.Pack()] = sp
-		loc, ok := sp.app.TryReserve(n, s.packBytes)
+		loc, ok := sp.app.TryReserve(n, s.packBytes, -1)
 		if ok {
 			sp.users++
-			in.slots = append(in.slots, sp)
+			in.slots = append(in.slots, &packSlot{sharedPack: sp, end: loc.End()})
 		}
 		s.mu.Unlock()
 		s.opening.Unlock()
 		if ok {
 			return sp.app, loc, nil
 		}
-		// Filled meanwhile by other ingests: look again.
+		// No room after all (no other ingest saw the pack before this
+		// one reserved, so this is takePack's misjudgement): a new pack.
 	}
 }
 
@@ -150,28 +161,44 @@ func (s *Store) reserveOpen(in *ingest, n int64) (*sharedPack, blockstore.Loc, b
 		// The best pack is one this ingest uses already, then the one with
 		// the fewest users.
 		var best *sharedPack
-		mine := false
+		var mine *packSlot
 		for _, sp := range s.appending.open {
-			m := slices.Contains(in.slots, sp)
-			if best == nil || m && !mine || m == mine && sp.users < best.users {
+			m := in.slot(sp)
+			if best == nil || m != nil && mine == nil || (m == nil) == (mine == nil) && sp.users < best.users {
 				best, mine = sp, m
 			}
 		}
 		if best == nil {
 			return nil, blockstore.Loc{}, false
 		}
-		if !mine && best.users > 0 && len(s.appending.open) < s.appendPacks {
+		if mine == nil && best.users > 0 && len(s.appending.open) < s.appendPacks {
 			return nil, blockstore.Loc{}, false // spread concurrent ingests
 		}
-		if loc, ok := best.app.TryReserve(n, s.packBytes); ok {
-			if !mine {
+		after := int64(-1)
+		if mine != nil {
+			after = mine.end
+		}
+		if loc, ok := best.app.TryReserve(n, s.packBytes, after); ok {
+			if mine == nil {
 				best.users++
-				in.slots = append(in.slots, best)
+				mine = &packSlot{sharedPack: best}
+				in.slots = append(in.slots, mine)
 			}
+			mine.end = loc.End()
 			return best, loc, true
 		}
 		s.retireLocked(best)
 	}
+}
+
+// slot is the ingest's slot of sp, or nil.
+func (in *ingest) slot(sp *sharedPack) *packSlot {
+	for _, p := range in.slots {
+		if p.sharedPack == sp {
+			return p
+		}
+	}
+	return nil
 }
 
 // retireLocked takes a pack out of the open list: it takes no new
@@ -196,9 +223,10 @@ func (s *Store) closeAppendLocked(sp *sharedPack) {
 }
 
 // takePack opens a pack for appending: one of the index's packs with room
-// for n more bytes that no appender holds (after a restart, or closed
-// before it was full), otherwise a new pack.
-func (s *Store) takePack(n int64) (*sharedPack, error) {
+// for n more bytes (from the next page on) that no appender holds (after a
+// restart, or closed before it was full), otherwise, or if fresh, a new
+// pack.
+func (s *Store) takePack(n int64, fresh bool) (*sharedPack, error) {
 	var pack uint32
 	var committed int64
 	err := s.db.Update(func(tx *manifest.Tx) error {
@@ -209,7 +237,8 @@ func (s *Store) takePack(n int64) (*sharedPack, error) {
 		}
 		s.mu.Lock()
 		for k, p := range packs {
-			if !s.held[k] && p.Committed+n <= s.packBytes && (pack == 0 || k > pack) {
+			start := (p.Committed + blockstore.PageSize - 1) / blockstore.PageSize * blockstore.PageSize
+			if !fresh && !s.held[k] && start+n <= s.packBytes && (pack == 0 || k > pack) {
 				pack, committed = k, p.Committed
 			}
 		}
@@ -342,6 +371,9 @@ func (in *ingest) finish(err error) {
 			s.dropDeadPacks([]uint32{a.pack})
 		}
 	}
+	if err != nil {
+		in.punchUncommitted()
+	}
 	var closed []uint32
 	s.mu.Lock()
 	for _, sp := range in.slots {
@@ -356,7 +388,7 @@ func (in *ingest) finish(err error) {
 			}
 		}
 		if sp.full {
-			s.closeAppendLocked(sp)
+			s.closeAppendLocked(sp.sharedPack)
 			closed = append(closed, sp.app.Pack())
 		}
 	}
@@ -372,6 +404,33 @@ func (in *ingest) finish(err error) {
 	s.mu.Unlock()
 	in.slots = nil
 	s.dropDeadPacks(closed)
+}
+
+// punchUncommitted frees the disk space of the ranges that a failed
+// ingest wrote into shared packs. They are dead: a later commit counts
+// them so when its committed length covers them, and otherwise the last
+// user cuts them off; but a range counted dead is never punched as a
+// released chunk is, and on a full disk (where ingests fail) its space is
+// what removals need. The ingest still holds its packs, so no one else
+// reserves or cuts these ranges meanwhile.
+func (in *ingest) punchUncommitted() {
+	byPack := map[uint32][]blockstore.Loc{}
+	for _, sp := range in.slots {
+		byPack[sp.app.Pack()] = nil
+	}
+	for _, st := range in.states {
+		if l, ok := byPack[st.loc.Pack]; ok && st.written {
+			byPack[st.loc.Pack] = append(l, st.loc)
+		}
+	}
+	for pack, locs := range byPack {
+		if len(locs) == 0 {
+			continue
+		}
+		if err := in.s.packs.Punch(pack, locs); err != nil {
+			in.s.log.Warn("punch the ranges of a failed commit", "err", err)
+		}
+	}
 }
 
 // closeAppendPacks closes every appender, when the store closes.
