@@ -21,8 +21,10 @@ import (
 // with positioned writes, fsyncs the pack, and then commits in one index
 // transaction. Ranges are handed out in order, so the ranges of one pack
 // tile it from its committed length at open up to its appender's end, each
-// range belonging to one ingest; but ingests commit in any order. Each
-// commit's transaction therefore updates the pack's record by cover:
+// range belonging to one ingest, with at most a page's padding before an
+// ingest's first range (so that its pages can be freed whole when it dies);
+// but ingests commit in any order. Each commit's transaction therefore
+// updates the pack's record by cover:
 //
 //   - a range of its own that ends at or below the recorded committed length
 //     was covered by another commit, which counted it dead: it is taken out
@@ -30,7 +32,10 @@ import (
 //     again one by one if a concurrent commit stored them first);
 //   - a range above the committed length raises the committed length to its
 //     end, and the bytes between (the ranges of ingests that have not
-//     committed yet, or never will) are counted dead.
+//     committed yet, or never will, and padding) are counted dead.
+//
+// A committed length is always the end of a range (or the length at open),
+// so a range is never partly covered.
 //
 // So a commit may record a committed length that covers another ingest's
 // range before that ingest has written or synced it. That is safe, because
@@ -57,7 +62,10 @@ import (
 // opened for appending (NewAppender), so a pack's file is exactly its
 // committed length again. While the store runs, the same holds whenever no
 // ingest uses a pack: the last one to finish cuts off what failed ingests
-// left past the committed length.
+// left past the committed length. A failed ingest punches out the ranges
+// it wrote (dead once covered, and their space is what a full disk needs
+// back), and a commit punches out the chunks it wrote that a concurrent
+// commit stored first.
 //
 // Lock order: s.opening, then a bbolt write transaction, then s.mu, then
 // an appender's own lock; s.mu is never held while waiting for a
