@@ -359,7 +359,8 @@ func (in *ingest) sync() error {
 // finish gives up the ingest's packs, committed or not. A pack whose last
 // user this was is cut back to its committed length (dropping what failed
 // ingests left past it), and closed if full or if more than
-// maxAppendPacks are open.
+// maxAppendPacks are open. err must be nil if the commit transaction
+// committed: otherwise the ingest's ranges, live chunks now, are punched.
 func (in *ingest) finish(err error) {
 	s := in.s
 	if a := in.adopted; a != nil {
