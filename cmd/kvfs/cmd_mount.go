@@ -41,6 +41,9 @@ type mountOptions struct {
 	// noWriteHash turns off hashing chunks as they are written (to
 	// measure what it saves).
 	noWriteHash bool
+	// packBytes is store.Options.PackBytes (for tests that need many
+	// packs).
+	packBytes int64
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -62,6 +65,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("keep-pipe-limit")
 	fs.BoolVar(&o.noWriteHash, "no-write-hash", false, "testing: do not hash chunks as they are written (the commit hashes them), to measure what hashing while writing saves")
 	fs.MarkHidden("no-write-hash")
+	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
+	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -169,6 +174,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.noWriteHash {
 		flags = append(flags, "--no-write-hash")
 	}
+	if o.packBytes > 0 {
+		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
@@ -226,7 +234,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes})
 	if err != nil {
 		return fail(err)
 	}
