@@ -134,15 +134,16 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // daemonize starts this command again in the foreground, detached, and
 // waits until it reports that the mount is live (or why it failed).
 func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer) error {
+	// The log is opened before the daemon opens the store: the store
+	// must be this user's first (store/trust.go), the log is opened
+	// under the store's real path, and never through a link.
+	real, err := store.TrustedDir(storeDir)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", storeDir, err)
+	}
 	logPath := o.logFile
 	if logPath == "" {
-		logPath = filepath.Join(storeDir, "kvfs.log")
-	}
-	// The log is opened before the daemon opens the store: the store
-	// must be this user's first (store/trust.go), and the log is never
-	// a link that leads elsewhere.
-	if _, err := store.TrustedDir(storeDir); err != nil {
-		return fmt.Errorf("open store %s: %w", storeDir, err)
+		logPath = filepath.Join(real, "kvfs.log")
 	}
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
