@@ -43,6 +43,9 @@ type mountOptions struct {
 	noWriteHash bool
 	// writeback: -o writeback_cache (fs.Options.WritebackCache).
 	writeback bool
+	// packBytes is store.Options.PackBytes (for tests that need many
+	// packs).
+	packBytes int64
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -64,6 +67,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("keep-pipe-limit")
 	fs.BoolVar(&o.noWriteHash, "no-write-hash", false, "testing: do not hash chunks as they are written (the commit hashes them), to measure what hashing while writing saves")
 	fs.MarkHidden("no-write-hash")
+	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
+	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -133,15 +138,16 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // daemonize starts this command again in the foreground, detached, and
 // waits until it reports that the mount is live (or why it failed).
 func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer) error {
+	// The log is opened before the daemon opens the store: the store
+	// must be this user's first (store/trust.go), the log is opened
+	// under the store's real path, and never through a link.
+	real, err := store.TrustedDir(storeDir)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", storeDir, err)
+	}
 	logPath := o.logFile
 	if logPath == "" {
-		logPath = filepath.Join(storeDir, "kvfs.log")
-	}
-	// The log is opened before the daemon opens the store: the store
-	// must be this user's first (store/trust.go), and the log is never
-	// a link that leads elsewhere.
-	if _, err := store.TrustedDir(storeDir); err != nil {
-		return fmt.Errorf("open store %s: %w", storeDir, err)
+		logPath = filepath.Join(real, "kvfs.log")
 	}
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -172,6 +178,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	}
 	if o.noWriteHash {
 		flags = append(flags, "--no-write-hash")
+	}
+	if o.packBytes > 0 {
+		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
 	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
@@ -230,7 +239,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes})
 	if err != nil {
 		return fail(err)
 	}
