@@ -28,6 +28,12 @@ type Options struct {
 	// NoWriteHash turns off hashing chunks as they are written, leaving
 	// it to the commit (for measuring what it saves).
 	NoWriteHash bool
+	// WritebackCache asks the kernel to cache writes (FUSE's writeback
+	// cache, -o writeback_cache): write(2) fills the page cache and the
+	// kernel sends the dirty pages as large requests at writeback, close
+	// and fsync, serves reads of them itself, and keeps the file's size
+	// and times (see docs/READPATH.md).
+	WritebackCache bool
 }
 
 // FS is a mounted store.
@@ -129,13 +135,15 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 			Options:           []string{"default_permissions"},
 		},
 	}
+	if opts.WritebackCache {
+		fo.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
 	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout}, mnt, &fo.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
 	setReadahead(mnt, requestBytes/1024, opts.Logger)

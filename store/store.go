@@ -35,6 +35,9 @@ type Options struct {
 	// PackBytes is the size at which ingests move to a new pack; 0 means
 	// blockstore.DefaultPackBytes.
 	PackBytes int64
+	// AdoptMinBytes is the smallest spool that a commit may take as a pack
+	// as it is (CommitOptions.Adopt); 0 means DefaultAdoptMinBytes.
+	AdoptMinBytes int64
 	// LockTimeout bounds the wait for another process's lock on the
 	// store; 0 means one second.
 	LockTimeout time.Duration
@@ -95,15 +98,23 @@ type Store struct {
 	// a reader never holds extents whose chunks were released and punched.
 	pins sync.RWMutex
 
-	mu sync.Mutex // guards open and idle
+	mu sync.Mutex // guards open, appending and held
 	// open counts the open handles of each inode: an inode with handles
 	// keeps its chunks when its last name goes (it becomes an orphan).
 	open map[uint64]int
-	// idle holds appenders of packs not in use by an ingest, to be reused
-	// by the next one so that packs fill up.
-	idle []*packSlot
-	// held marks the packs that have an appender, idle or in use.
+	// appending holds the packs open for appending, shared by ingests
+	// (packslot.go).
+	appending appendPacks
+	// held marks the packs that have an appender, in use or not, and
+	// those being adopted.
 	held map[uint32]bool
+	// adoptMin is Options.AdoptMinBytes.
+	adoptMin int64
+	// opening is held while a pack is opened for appending (packslot.go).
+	opening sync.Mutex
+	// appendPacks is how many packs stay open for appending
+	// (maxAppendPacks; tests lower it to make ingests share a pack).
+	appendPacks int
 }
 
 // Init creates a store in dir (which may exist but must not hold a store)
@@ -174,6 +185,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.BlobGrace <= 0 {
 		opts.BlobGrace = DefaultBlobGrace
 	}
+	if opts.AdoptMinBytes <= 0 {
+		opts.AdoptMinBytes = DefaultAdoptMinBytes
+	}
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
@@ -200,7 +214,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{}}
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{},
+		appending: appendPacks{byPack: map[uint32]*sharedPack{}}, adoptMin: opts.AdoptMinBytes, appendPacks: maxAppendPacks}
 	s.caps.slots = opts.MaxSnapshotSlots
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
@@ -237,12 +252,7 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	s.closed.Store(true)
-	s.mu.Lock()
-	for _, p := range s.idle {
-		p.app.Close()
-	}
-	s.idle = nil
-	s.mu.Unlock()
+	s.closeAppendPacks()
 	err := s.packs.Close()
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
