@@ -173,7 +173,7 @@ func (d *mirrorDir) valid() error {
 	if up == nil {
 		return nil
 	}
-	fi, err := d.fsys.s.Lookup(up.ino, name)
+	fi, err := d.fsys.s.LookupAttr(up.ino, name) // no path: constant time
 	if err == nil && fi.Ino != d.ino {
 		err = fmt.Errorf("%q now names inode %d, not %d: %w", name, fi.Ino, d.ino, iofs.ErrNotExist)
 	}
@@ -249,7 +249,12 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err := d.fsys.s.MaySearch(d.ino, cred(ctx)); err != nil {
 		return nil, d.fsys.denied("lookup", err)
 	}
-	fi, err := d.fsys.s.Lookup(d.ino, name)
+	// Without the path (built from the root up, the depth in index
+	// reads): a walk down the view pays it at every name.
+	fi, err := d.fsys.s.LookupAttr(d.ino, name)
+	if err == nil && !fi.IsDir() {
+		fi, err = d.fsys.s.Lookup(d.ino, name) // its path names it in errors and logs
+	}
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}

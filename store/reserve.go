@@ -71,7 +71,7 @@ func (r *reserve) fill() {
 	if r.held.Load() {
 		return
 	}
-	f, err := os.OpenFile(r.path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(r.path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		r.log.Debug("cannot make the disk space reserve", "path", r.path, "err", err)
 		return
@@ -139,7 +139,7 @@ func (r *reserve) release(op string, cause error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held.Store(false)
-	f, err := os.OpenFile(r.path, os.O_WRONLY, 0)
+	f, err := os.OpenFile(r.path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}

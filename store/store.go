@@ -132,10 +132,10 @@ func InitAs(dir string, chunkSize int64, o Owner) error {
 	if err != nil {
 		return fmt.Errorf("init %s: %w", dir, err)
 	}
-	dir = real
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirTrusted(real); err != nil {
 		return fmt.Errorf("init %s: %w", dir, err)
 	}
+	dir = real
 	dbPath := filepath.Join(dir, "kvfs.db")
 	if _, err := os.Stat(dbPath); err == nil {
 		return fmt.Errorf("init %s: %w", dir, fs.ErrExist)

@@ -114,6 +114,11 @@ func TrustedDir(dir string) (string, error) {
 	if curSt.Uid != euid {
 		return "", fmt.Errorf("%s belongs to uid %d, not to this user (uid %d): kvfs works only on its own user's stores (%w); run kvfs as uid %d", cur, curSt.Uid, euid, ErrNotOwner, curSt.Uid)
 	}
+	if curSt.Mode&0o022 != 0 {
+		// Sticky or not: others could add a name the store has not
+		// made yet (reserve, kvfs.sock) as a link to their choice.
+		return "", fmt.Errorf("%s is writable by its group or others (mode %04o) (%w): another user could plant files in the store; chmod go-w it", cur, curSt.Mode&0o7777, ErrNotOwner)
+	}
 	return cur, nil
 }
 
@@ -141,4 +146,52 @@ func lstatSys(p string) (*syscall.Stat_t, error) {
 		return nil, &fs.PathError{Op: "lstat", Path: p, Err: err}
 	}
 	return &st, nil
+}
+
+// mkdirTrusted makes the directories of real, a path TrustedDir returned,
+// that do not exist yet, one at a time and each only if it does not exist
+// (another user cannot have made one in the meantime and have it used:
+// EEXIST is an error), then checks the whole path again: what was made is
+// this user's, in directories no one else may change, so nothing on it can
+// be swapped any more. An existing store directory passes unchanged.
+func mkdirTrusted(real string) error {
+	euid := uint32(os.Geteuid())
+	trusted := func(uid uint32) bool { return uid == 0 || uid == euid }
+	var missing []string
+	for d := real; ; d = filepath.Dir(d) {
+		if st, err := lstatSys(d); err == nil {
+			if len(missing) > 0 {
+				// Where the new directories go: still one of ours.
+				if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+					return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+				}
+				if err := trustedDirSt(d, st, trusted); err != nil {
+					return err
+				}
+			}
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o700); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%s appeared while the store was being made (%w)", missing[i], ErrNotOwner)
+			}
+			return err
+		}
+	}
+	again, err := TrustedDir(real)
+	if err != nil {
+		return err
+	}
+	if again != real {
+		return fmt.Errorf("%s now leads to %s (%w)", real, again, ErrNotOwner)
+	}
+	return nil
 }

@@ -145,6 +145,12 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", storeDir, err)
 	}
+	// TrustedDir passes a path still to be made (for init); the log
+	// goes only into a store directory that exists, checked as this
+	// user's.
+	if fi, err := os.Lstat(real); err != nil || !fi.IsDir() {
+		return fmt.Errorf("open store %s: no store here (run kvfs init)", storeDir)
+	}
 	logPath := o.logFile
 	if logPath == "" {
 		logPath = filepath.Join(real, "kvfs.log")
