@@ -30,6 +30,14 @@ type Options struct {
 	// Logger receives recovery's reports (dropped tails) and failures.
 	// Default: discard.
 	Logger *slog.Logger
+	// WriteThrough makes Append write its record to its segment (without
+	// a sync) before it returns, or, while another caller is writing or
+	// syncing, leaves it to that caller, who writes it before giving up
+	// the writer role. A crash of the process then loses no appended
+	// record (the page cache holds them); a crash of the machine loses
+	// those not synced, as without it. kvfs's store uses it so that a
+	// killed daemon loses no change that returned, synced or not.
+	WriteThrough bool
 	// SyncFile makes a segment's written data durable (the directory is
 	// always fsynced). Default:
 	// fdatasync(2). Tests inject failures and delays through it.
@@ -185,6 +193,15 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 	j.buf = appendRecord(j.buf, seq, j.durable.Load(), j.lepoch, payload)
 	j.lpos += n
 	j.next++
+	if j.opts.WriteThrough && !j.busy {
+		j.busy = true
+		err := j.flushLocked(false)
+		j.release()
+		if err != nil {
+			return 0, err
+		}
+		return seq, nil
+	}
 	// Keep the buffer bounded: past BufferSize, write it out (no sync)
 	// before returning, waiting for a writer in progress if need be.
 	for len(j.buf) >= j.opts.BufferSize {
@@ -197,12 +214,27 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 		}
 		j.busy = true
 		err := j.flushLocked(false)
+		if err == nil {
+			err = j.writeLeftovers()
+		}
 		j.release()
 		if err != nil {
 			return 0, err
 		}
 	}
 	return seq, nil
+}
+
+// writeLeftovers, with WriteThrough, writes (without a sync) the records
+// appended while this caller held the writer role, before it gives the
+// role up. mu held, writer role taken.
+func (j *Journal) writeLeftovers() error {
+	for j.opts.WriteThrough && len(j.buf) > 0 {
+		if err := j.flushLocked(false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Sync returns once every record <= seq is durable. Concurrent callers
@@ -234,6 +266,9 @@ func (j *Journal) Sync(seq uint64) error {
 	}
 	j.busy = true
 	err := j.flushLocked(true)
+	if err == nil {
+		err = j.writeLeftovers()
+	}
 	j.release()
 	return err
 }
@@ -448,6 +483,9 @@ func (j *Journal) Replay(after uint64, fn func(seq uint64, payload []byte) error
 		err = j.replay(after, fn)
 	}
 	j.mu.Lock()
+	if err == nil {
+		err = j.writeLeftovers()
+	}
 	j.release()
 	j.mu.Unlock()
 	return err
@@ -502,6 +540,8 @@ func (j *Journal) Truncate(upto uint64) error {
 	if err != nil {
 		j.poison(err)
 		err = j.err
+	} else {
+		err = j.writeLeftovers()
 	}
 	j.release()
 	j.mu.Unlock()

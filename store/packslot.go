@@ -101,6 +101,9 @@ func (in *ingest) sync() error {
 // back to their last committed length after a failure.
 func (in *ingest) finish(err error) {
 	s := in.s
+	if in.committed {
+		err = nil // only its sync failed: nothing to roll back
+	}
 	if a := in.adopted; a != nil {
 		if err != nil {
 			// Give the spool back to its writer, and forget the pack.
