@@ -147,8 +147,10 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
-		Log:    s.jlog,
-		Logger: s.log,
+		Log:        s.jlog,
+		MaxEntries: opts.CheckpointEntries,
+		Interval:   opts.CheckpointInterval,
+		Logger:     s.log,
 	}))
 	if err != nil {
 		s.jlog.close()

@@ -66,8 +66,15 @@ type Options struct {
 	// cannot be opened this way.
 	NoJournal bool
 	// JournalSegmentSize is the size of the journal's segment files; 0
-	// means the journal's default (64 MiB). It bounds the largest commit.
+	// means 1/64 of the filesystem, between 256 KiB and 64 MiB. It
+	// bounds the largest commit (journalMaxPayload).
 	JournalSegmentSize int64
+	// CheckpointEntries and CheckpointInterval set when the index writes
+	// the journal's records to bbolt in the background
+	// (manifest.JournalOptions MaxEntries and Interval); 0 means the
+	// defaults (64 Ki entries, 30 s). Tests make checkpoints frequent.
+	CheckpointEntries  int
+	CheckpointInterval time.Duration
 }
 
 // Store is an open store. Its methods are safe for concurrent use.

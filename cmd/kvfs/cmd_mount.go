@@ -41,6 +41,10 @@ type mountOptions struct {
 	// noWriteHash turns off hashing chunks as they are written (to
 	// measure what it saves).
 	noWriteHash bool
+	// noJournal runs the index without the journal; checkpointEvery
+	// sets how often the journal is checkpointed (store.Options).
+	noJournal       bool
+	checkpointEvery time.Duration
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -62,6 +66,10 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("keep-pipe-limit")
 	fs.BoolVar(&o.noWriteHash, "no-write-hash", false, "testing: do not hash chunks as they are written (the commit hashes them), to measure what hashing while writing saves")
 	fs.MarkHidden("no-write-hash")
+	fs.BoolVar(&o.noJournal, "no-journal", false, "testing: commit every index change in a synced bbolt transaction, without the journal (a store that has used the journal refuses it), to measure what the journal saves")
+	fs.MarkHidden("no-journal")
+	fs.DurationVar(&o.checkpointEvery, "checkpoint-interval", 0, "testing: checkpoint the journal this often (default 30s)")
+	fs.MarkHidden("checkpoint-interval")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -226,7 +234,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks,
+		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery})
 	if err != nil {
 		return fail(err)
 	}
