@@ -205,8 +205,18 @@ func journalMaxPayload(segment int64) int {
 
 // Sync makes every change committed so far durable: a directory's fsync.
 // Without the journal every commit is durable already.
-func (s *Store) Sync() error {
-	if err := s.db.Sync(s.db.LastSeq()); err != nil {
+func (s *Store) Sync() error { return s.SyncTo(s.Changes()) }
+
+// Changes is a mark of the changes committed so far, for SyncTo.
+func (s *Store) Changes() uint64 { return s.db.LastSeq() }
+
+// SyncTo makes the changes up to mark (Changes) durable: a file's fsync
+// takes the mark before its commit, so that the changes of the file's
+// attributes made before it are durable too when it has nothing to
+// commit, and costs nothing more when it commits (the commit's sync
+// covers them).
+func (s *Store) SyncTo(mark uint64) error {
+	if err := s.db.Sync(mark); err != nil {
 		return fmt.Errorf("sync store %s: %w", s.dir, err)
 	}
 	return nil

@@ -30,7 +30,8 @@ import (
 //
 // KVFS_BENCH_QUICK=1 shrinks every size for a smoke run;
 // KVFS_BENCH_SNAPSHOT_MIB sets the whole-layout and cp snapshot size
-// (default 1024, 256 in quick mode). Results in docs/BENCHMARKS.md.
+// (default 1024, 256 in quick mode); KVFS_BENCH_MOUNT_ARGS adds flags to
+// the kvfs mounts (--no-journal: the index without the journal). Results in docs/BENCHMARKS.md.
 func BenchmarkWriteTable(b *testing.B) {
 	requireRoot(b)
 	cfg := newWriteBenchConfig(b)
@@ -62,6 +63,9 @@ type writeBenchConfig struct {
 	fsyncWrites   int // writes per writer
 	metaFiles     int
 	smallFiles    int
+	// mountArgs are extra flags of the kvfs mounts
+	// (KVFS_BENCH_MOUNT_ARGS, e.g. --no-journal to compare).
+	mountArgs []string
 }
 
 func newWriteBenchConfig(t testing.TB) writeBenchConfig {
@@ -80,6 +84,7 @@ func newWriteBenchConfig(t testing.TB) writeBenchConfig {
 		}
 		c.snapshotMiB = n
 	}
+	c.mountArgs = strings.Fields(os.Getenv("KVFS_BENCH_MOUNT_ARGS"))
 	return c
 }
 
@@ -247,7 +252,7 @@ func wbFields(t testing.TB, out string, n int) []float64 {
 // (tmp, write, fsync, close, rename to blocks/<sha256>), n files of size
 // per target in cfg.rounds interleaved rounds; median (and p99) latency.
 func benchDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig, size, n int, medianLimit float64, p99 bool) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	plain := b.TempDir()
 	label := fmt.Sprintf("%d KiB", size>>10)
 	if size >= 1<<20 {
@@ -281,7 +286,7 @@ func benchDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig, size, n i
 // every snapshot read back with verification, and the engine's collect
 // scan of every header of the fingerprint directory.
 func benchBlocksSeries(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	roots := [2]string{filepath.Join(b.TempDir(), "fp"), m.path("fp")}
 	for _, r := range roots {
 		if err := os.Mkdir(r, 0o700); err != nil {
@@ -330,7 +335,7 @@ func benchBlocksSeries(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // whole layout by mlx.Writer (tmp, write, fsync, close, rename, directory
 // fsync), best of cfg.snapRounds per target.
 func benchWholeSnapshot(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		x := wbFields(b, runClientOK(b, "wb-whole", fmt.Sprint(cfg.snapshotTokens()), fmt.Sprint(cfg.snapRounds),
@@ -354,7 +359,7 @@ func wbTimed(t testing.TB, script string) float64 {
 // vs cp to the plain directory followed by sync of the copy (both
 // durable), and vs the plain cp alone; best of cfg.snapRounds each.
 func benchCp(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		best := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)} // cp, cp+sync, kvfs cp
@@ -456,7 +461,7 @@ func wbRunTogether(t testing.TB, name string, argv [][]string) (wall float64, ou
 // cfg.writerFiles durable 64 KiB files into the same blocks directory;
 // files per second over the span of all, best of 2 rounds per target.
 func benchConcurrentDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		var rate [2]float64
@@ -502,7 +507,7 @@ func wbWriteRandomFile(t testing.TB, path string, size int64, seed uint64) {
 // written per second over the span of all (open to close), best of 2
 // rounds per target.
 func benchFsyncWriters(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	plain := b.TempDir()
 	size := int64(cfg.fsyncFileMiB) << 20
 	for w := range 4 {
@@ -537,7 +542,7 @@ func benchFsyncWriters(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // benchMetadata: create, stat, rename, chmod and unlink of cfg.metaFiles
 // empty files, each phase timed on its own in both directories.
 func benchMetadata(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b)
+	m := newMount(b, cfg.mountArgs...)
 	dirs := [2]string{filepath.Join(b.TempDir(), "meta"), m.path("meta")}
 	for i := 0; i < b.N; i++ {
 		for _, d := range dirs {
@@ -564,7 +569,7 @@ func benchMetadata(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // against the bound, stored bytes / 16 MiB + 8.
 func benchPacks(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 	for i := 0; i < b.N; i++ {
-		m := newMount(b)
+		m := newMount(b, cfg.mountArgs...)
 		x := wbFields(b, runClientOK(b, "wb-smallfiles", m.mnt, fmt.Sprint(cfg.smallFiles), fmt.Sprint(30000+i)), 2)
 		// Count once the daemon is gone: every release has been handled.
 		kvfs(b, "unmount", m.mnt)
