@@ -168,3 +168,46 @@ func mustLookup(t *testing.T, s *Store, path string) uint64 {
 	}
 	return fi.Ino
 }
+
+// TestNamespaceChangesSyncLater: a rename is committed without a sync
+// (its record is past what the journal has made durable), a put syncs
+// every record before its own, and Sync (a directory's fsync) makes a
+// later rename durable.
+func TestNamespaceChangesSyncLater(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	if err := Init(dir, 4096); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	durable := func() uint64 {
+		j, err := s.jlog.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Stats().Durable
+	}
+	putBytes(t, s, "a", journalTestBytes(10_000, 5))
+	if err := s.Rename("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if d, last := durable(), s.Changes(); d >= last {
+		t.Fatalf("a rename synced the journal (durable %d, last %d)", d, last)
+	}
+	putBytes(t, s, "c", journalTestBytes(10_000, 6))
+	if d, last := durable(), s.Changes(); d < last {
+		t.Fatalf("a put returned before its record was durable (durable %d, last %d)", d, last)
+	}
+	if err := s.Rename("c", "d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d, last := durable(), s.Changes(); d < last {
+		t.Fatalf("Sync left records not durable (durable %d, last %d)", d, last)
+	}
+}
