@@ -24,6 +24,7 @@ func TestWriteThrough(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		j.waitSpare() // a segment being made in the background
 		j2 := mustOpen(t, copyDir(t, dir), testOptions(nil))
 		got := replayAll(t, j2, 0)
 		j2.Close()
@@ -77,6 +78,7 @@ func TestWriteThroughDuringSync(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	j.waitSpare()
 	j2 := mustOpen(t, copyDir(t, dir), testOptions(nil))
 	defer j2.Close()
 	checkRecords(t, replayAll(t, j2, 0), 1, 0, 4)
