@@ -136,6 +136,7 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		return db, false, nil
 	}
 	jdir := journalDir(s.dir)
+	s.inline.dirty = map[uint32]bool{}
 	s.jlog = &lazyLog{open: func() (*journal.Journal, error) {
 		if _, err := os.Stat(jdir); errors.Is(err, fs.ErrNotExist) {
 			created = true
@@ -144,13 +145,16 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		if seg <= 0 {
 			seg = journalSegmentFor(s.dir)
 		}
+		s.inline.max = min(inlineMax, int64(journalMaxPayload(seg))/2)
 		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
-		Log:        s.jlog,
-		MaxEntries: opts.CheckpointEntries,
-		Interval:   opts.CheckpointInterval,
-		Logger:     s.log,
+		Log:              s.jlog,
+		BeforeCheckpoint: s.syncInline,
+		ReplayData:       s.replayData,
+		MaxEntries:       opts.CheckpointEntries,
+		Interval:         opts.CheckpointInterval,
+		Logger:           s.log,
 	}))
 	if err != nil {
 		s.jlog.close()

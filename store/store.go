@@ -102,6 +102,8 @@ type Store struct {
 
 	// jlog is the journal in journal mode (nil without it).
 	jlog *lazyLog
+	// inline tracks chunk bytes committed through the journal (inline.go).
+	inline inlineState
 	// opened: Open finished (recover ran); only then may Close mark the
 	// store closed cleanly.
 	opened bool
