@@ -28,9 +28,11 @@ import (
 //     of anything (a file's fsync, a directory's fsync: Store.Sync), as on
 //     a local disk; the journal is ordered, so a durable record implies
 //     every earlier one.
-//   - Chunk bytes are still written to packs and the packs synced before
-//     the commit's record is appended, so a record never refers to bytes
-//     that a crash can lose.
+//   - Chunk bytes: a small adopted spool's live bytes travel in a data
+//     record of the journal ahead of the commit's record, and its pack is
+//     synced by the next checkpoint (inline.go). Other commits write and
+//     sync their packs before the commit's record is appended, so a record
+//     never refers to bytes that a crash can lose.
 //   - Irreversible effects wait for the record that allows them.
 //     Punching released chunks must not happen before the record that
 //     released them is durable: a crash could lose the record and bring
