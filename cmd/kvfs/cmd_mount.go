@@ -177,6 +177,12 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.noWriteHash {
 		flags = append(flags, "--no-write-hash")
 	}
+	if o.noJournal {
+		flags = append(flags, "--no-journal")
+	}
+	if o.checkpointEvery != 0 {
+		flags = append(flags, "--checkpoint-interval", o.checkpointEvery.String())
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
