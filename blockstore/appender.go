@@ -5,19 +5,26 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 )
 
-// Appender appends chunks to one pack. Each concurrent ingest uses its own
-// Appender on its own pack, so that a snapshot's new chunks sit together on
-// disk and no two writers share a file. Space is reserved first (Reserve,
-// which decides every chunk's location at once) and filled afterwards
-// (WriteAt, CopyFrom), so that an ingest can hash the next bytes while
-// earlier ones are being written. It is not safe for concurrent use.
+// Appender appends chunks to one pack. Space is reserved first (Reserve,
+// TryReserve, which decide a chunk's location at once) and filled
+// afterwards (WriteAt, CopyFrom), so that an ingest can hash the next bytes
+// while earlier ones are being written.
+//
+// It is safe for concurrent use, so that several ingests can share one
+// pack (small files would otherwise each make a pack of their own): each
+// reservation is a range that no other reservation overlaps, and the
+// writes that fill ranges are positioned writes, which need no lock.
+// Which of the reserved ranges the index may call committed is the
+// caller's protocol (see the store's shared packs).
 type Appender struct {
 	d    *Dir
 	pack uint32
 	f    *os.File
-	end  int64 // offset of the next reservation
+	mu   sync.Mutex
+	end  int64 // offset of the next reservation; guarded by mu
 }
 
 // NewAppender opens pack for appending after its first committed bytes,
@@ -45,15 +52,50 @@ func (d *Dir) NewAppender(pack uint32, committed int64) (*Appender, error) {
 func (a *Appender) Pack() uint32 { return a.pack }
 
 // Size is the pack's length including every reservation.
-func (a *Appender) Size() int64 { return a.end }
+func (a *Appender) Size() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.end
+}
 
 // Reserve allocates n bytes at the end of the pack and returns their
 // location; the caller fills them with WriteAt or CopyFrom before Sync.
 func (a *Appender) Reserve(n int64) Loc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	loc := Loc{Pack: a.pack, Off: a.end, Len: n}
 	a.end += n
 	return loc
 }
+
+// TryReserve is Reserve if the pack stays within limit bytes, or is empty
+// (a chunk larger than limit still needs a pack); otherwise it reserves
+// nothing and reports false. The check and the reservation are one step,
+// so that concurrent callers cannot together overfill the pack.
+//
+// after is the end of the caller's previous reservation in this pack (or
+// -1). Unless the new range follows it directly, it starts at the next
+// multiple of PageSize: the ranges of one writer then start on a page, so
+// that punching them out once they are dead frees every page they fill
+// whole, instead of none when chunks are a page long. The bytes skipped
+// belong to no range.
+func (a *Appender) TryReserve(n, limit, after int64) (Loc, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	start := a.end
+	if start != after {
+		start = (start + PageSize - 1) / PageSize * PageSize
+	}
+	if a.end > 0 && start+n > limit {
+		return Loc{}, false
+	}
+	loc := Loc{Pack: a.pack, Off: start, Len: n}
+	a.end = start + n
+	return loc, true
+}
+
+// PageSize is the unit in which filesystems allocate and punch pack space.
+const PageSize = 4096
 
 // WriteAt fills reserved bytes at pack offset off.
 func (a *Appender) WriteAt(b []byte, off int64) error {
@@ -89,8 +131,11 @@ func (a *Appender) Sync() error {
 }
 
 // Rollback discards everything appended since the pack was committed at
-// size committed, for an ingest that will not commit.
+// size committed, for ingests that will not commit. The caller must make
+// sure that no reservation past committed is still in use.
 func (a *Appender) Rollback(committed int64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.end = committed
 	if err := a.f.Truncate(committed); err != nil {
 		return a.wrap("roll back", err)

@@ -12,5 +12,8 @@
 //
 // Durability is the caller's protocol: append the chunks of one ingest,
 // call Appender.Sync once (one fsync per pack, never per chunk), and only
-// then commit a manifest that refers to them.
+// then commit a manifest that refers to them. Several ingests may append to
+// one pack at once (an Appender is safe for concurrent use); which of their
+// ranges a committed length may cover is the store's protocol
+// (store/packslot.go).
 package blockstore

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,8 +16,11 @@ import (
 	"syscall"
 )
 
-// DefaultPackBytes is the size at which an Appender moves to a new pack.
-const DefaultPackBytes = 1 << 30
+// DefaultPackBytes is the size at which an ingest moves to a new pack.
+// Packs are shared by the commits of many files, so their number grows
+// with the bytes stored, not with the files; small enough that a pack
+// whose chunks have all died is removed whole while the store is in use.
+const DefaultPackBytes = 64 << 20
 
 // DefaultMaxOpen is how many pack read descriptors a Dir keeps open when
 // Options.MaxOpen is 0, unless the process's descriptor limit is low: then
@@ -308,15 +312,27 @@ func (d *Dir) ReadChunk(p []byte, id ID, loc Loc, verify bool) error {
 
 // Punch frees the disk space of dead ranges of a pack (fallocate
 // PUNCH_HOLE), keeping its size so that other chunks keep their offsets.
-// The bytes read as zeros afterwards.
+// The bytes read as zeros afterwards. Ranges that touch are punched as one:
+// a filesystem frees only the pages a punch covers whole, so chunks at
+// offsets that are not page multiples (in a pack shared by many files)
+// would each free nothing.
 func (d *Dir) Punch(pack uint32, locs []Loc) error {
 	f, err := os.OpenFile(d.Path(pack), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("punch %s: %w", d.Path(pack), err)
 	}
 	defer f.Close()
+	locs = slices.Clone(locs)
 	sort.Slice(locs, func(i, j int) bool { return locs[i].Off < locs[j].Off })
+	merged := locs[:0]
 	for _, l := range locs {
+		if k := len(merged) - 1; k >= 0 && merged[k].End() >= l.Off {
+			merged[k].Len = max(merged[k].End(), l.End()) - merged[k].Off
+			continue
+		}
+		merged = append(merged, l)
+	}
+	for _, l := range merged {
 		if err := punchHole(f, l.Off, l.Len); err != nil {
 			return fmt.Errorf("punch %s [%d,+%d): %w", d.Path(pack), l.Off, l.Len, err)
 		}

@@ -33,6 +33,11 @@ var (
 	_ gofs.NodeListxattrer   = (*fileNode)(nil)
 	_ gofs.NodeRemovexattrer = (*fileNode)(nil)
 
+	_ gofs.NodeSetattrer = (*ctlDir)(nil)
+	_ gofs.NodeSetattrer = (*statsFile)(nil)
+	_ gofs.NodeSetattrer = (*mirrorDir)(nil)
+	_ gofs.NodeSetattrer = (*wholeFile)(nil)
+
 	_ gofs.FileReader    = (*reader)(nil)
 	_ gofs.FileReleaser  = (*reader)(nil)
 	_ gofs.FileWriter    = (*writer)(nil)

@@ -160,24 +160,27 @@ func placeOf(n *gofs.Inode) (*mirrorDir, string) {
 	return up, name
 }
 
-// valid reports whether d's place, and its directory's up to the root of
-// the view tree, still lead to the store directories they showed: a
-// goneError otherwise.
+// valid reports whether d's place (its name in the view directory that
+// last found it) still leads to the store directory it showed: a
+// goneError otherwise. Only d's own place is checked, in constant time: a
+// path walk through the view revalidates every name on it (the entries'
+// timeout is a nanosecond), and a view directory held open keeps working
+// when a directory above it is renamed, as on a local disk. Checking up
+// to the view's root made each lookup cost the depth, and a walk down a
+// deep tree the depth cubed.
 func (d *mirrorDir) valid() error {
-	for n := d; ; {
-		up, name := placeOf(&n.Inode)
-		if up == nil {
-			return nil
-		}
-		fi, err := n.fsys.s.Lookup(up.ino, name)
-		if err == nil && fi.Ino != n.ino {
-			err = fmt.Errorf("%q now names inode %d, not %d: %w", name, fi.Ino, n.ino, iofs.ErrNotExist)
-		}
-		if err != nil {
-			return &goneError{err}
-		}
-		n = up
+	up, name := placeOf(&d.Inode)
+	if up == nil {
+		return nil
 	}
+	fi, err := d.fsys.s.Lookup(up.ino, name)
+	if err == nil && fi.Ino != d.ino {
+		err = fmt.Errorf("%q now names inode %d, not %d: %w", name, fi.Ino, d.ino, iofs.ErrNotExist)
+	}
+	if err != nil {
+		return &goneError{err}
+	}
+	return nil
 }
 
 // entryTimeout is the kernel's entry and attribute timeout in the view
@@ -236,6 +239,10 @@ func (d *mirrorDir) Opendir(ctx context.Context) syscall.Errno {
 }
 
 func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	// Set first: a miss is not cached either (uncachedMiss), since the
+	// views are not told of new names.
+	out.SetEntryTimeout(entryTimeout)
+	out.SetAttrTimeout(entryTimeout)
 	if err := d.valid(); err != nil {
 		return nil, d.fsys.stale("lookup", err)
 	}
@@ -246,8 +253,6 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil {
 		return nil, d.fsys.errno("lookup", err)
 	}
-	out.SetEntryTimeout(entryTimeout)
-	out.SetAttrTimeout(entryTimeout)
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr) // the original's owner and mode
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino}
@@ -434,7 +439,7 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if err := w.fsys.s.MayRead(w.ino, cred(ctx)); err != nil {
+	if err := w.fsys.s.MayOpen(w.ino, cred(ctx)); err != nil {
 		return nil, 0, w.fsys.denied("open", err)
 	}
 	v, fi, err := w.view(ctx)
@@ -552,4 +557,23 @@ func (b *blockSource) close() {
 		f.Close()
 	}
 	b.open = nil
+}
+
+// The tree under /.kvfs is read-only: a chmod, chown, truncate or utimes
+// of its entries is EROFS, as on a read-only mount (go-fuse would answer
+// ENOTSUP for an operation a node lacks).
+func (d *ctlDir) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (f *statsFile) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (d *mirrorDir) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (w *wholeFile) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	iofs "io/fs"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -54,13 +55,20 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		locked.mu.Lock()
 		defer locked.mu.Unlock()
 	}
-	fi, err := d.fsys.s.Lookup(d.ino.Load(), name)
+	fi, err := d.fsys.s.LookupAttr(d.ino.Load(), name)
 	if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
 		// blocks/<sha256> exists for any blob the store holds that the
 		// caller may read, if the caller may create it here.
 		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name, cred(ctx))
 	}
 	if err != nil {
+		if len(name) == sha256Hex {
+			// blocks/<sha256> appears without a create when another
+			// namespace stores the block (adoption, above), and any
+			// directory may become blocks by a rename: the kernel
+			// must ask again.
+			uncachedMiss(out)
+		}
 		return nil, d.fsys.errno("lookup", err)
 	}
 	ch := d.child(ctx, name, fi, out)
@@ -82,6 +90,14 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	return ch, 0
 }
+
+// uncachedMiss makes the reply to a lookup that fails one that the kernel
+// does not keep as a negative entry, for names that can appear without
+// the kernel seeing them created. go-fuse turns an ENOENT into a negative
+// entry with the mount's NegativeTimeout only when the node left the
+// entry timeout unset; with one set, it sends the error itself, which the
+// kernel never caches.
+func uncachedMiss(out *fuse.EntryOut) { out.SetEntryTimeout(time.Nanosecond) }
 
 // fileChild returns the file node the kernel knows under name, if any.
 func (d *dirNode) fileChild(name string) *fileNode {

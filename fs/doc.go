@@ -12,10 +12,12 @@
 //
 // Committed files are immutable, so opens keep the kernel's page cache
 // (FOPEN_KEEP_CACHE) unless the node's content changed since its last
-// open, and entries and attributes get long timeouts: every change goes
-// through this daemon, and the kernel learns of it from the operation
-// itself, or from Server.Invalidate for changes made through the control
-// socket. Reads are spliced from the pack files where the kernel allows
+// open, and entries, attributes and missing names (negative entries) get
+// long timeouts: every change goes through this daemon, and the kernel
+// learns of it from the operation itself, or from Server.Invalidate for
+// changes made through the control socket. Names that appear without
+// either, blocks/<sha256> adopted at lookup and the /.kvfs views, are
+// never kept missing (uncachedMiss). Reads are spliced from the pack files where the kernel allows
 // (one chunk: the pack range itself; several: a pipe), and copied
 // otherwise. A reply must carry every byte asked for (a short one is end
 // of file to the kernel), so a read is spliced only when its pipe buffers

@@ -112,8 +112,10 @@ func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	timesDone := false
 	if size, ok := in.GetSize(); ok {
-		if e := f.truncate(ctx, int64(size)); e != 0 {
+		var e syscall.Errno
+		if timesDone, e = f.truncate(ctx, int64(size), in); e != 0 {
 			return e
 		}
 	}
@@ -121,45 +123,112 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	// commit and the pending commit then keeps it.
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fi, e := f.setattr(ctx, in)
-	if e != 0 {
-		return e
+	var fi *store.FileInfo
+	if timesDone || f.spoolTimes(in) {
+		var err error
+		if fi, err = f.fsys.s.StatIno(f.ino.Load()); err != nil {
+			return f.stale("getattr", err)
+		}
+	} else if fi = f.knownTimes(in); fi == nil {
+		var e syscall.Errno
+		if fi, e = f.setattr(ctx, in); e != 0 {
+			return e
+		}
+		f.keepTimes(in, fi)
 	}
-	f.keepTimes(in, fi)
 	fillAttr(fi, &out.Attr)
 	f.writtenAttr(&out.Attr)
 	return 0
 }
 
+// onlyTimes says a setattr changes nothing but the size, mtime and ctime:
+// what the kernel sends when it caches writes (-o writeback_cache), to pass
+// on the times of the writes it holds (before it flushes or syncs the
+// file) and with every truncation.
+func onlyTimes(in *fuse.SetAttrIn) bool {
+	const times = fuse.FATTR_MTIME | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME
+	const allowed = times | fuse.FATTR_SIZE | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
+	return in.Valid&^allowed == 0 && in.Valid&times != 0
+}
+
+// knownTimes returns the stored attributes if a setattr that sets only
+// the mtime and ctime (see onlyTimes) sets the mtime the file has: the
+// kernel, when it caches writes, passes its times on after every operation
+// that changes a file's ctime (a rename, an unlink), and synchronously.
+// The store stamped the ctime of that operation already, so storing the
+// kernel's would cost a metadata transaction per rename for nothing. (A
+// utimensat that sets the mtime the file has looks the same, and keeps the
+// stored ctime; the kernel shows its own while it caches the file.) It
+// returns nil for any other setattr: one without a ctime (the kernel sends
+// one only when it caches writes), or a chown(f, -1, -1), which sets only
+// the ctime. Called with f.mu held.
+func (f *fileNode) knownTimes(in *fuse.SetAttrIn) *store.FileInfo {
+	mt, ok := in.GetMTime()
+	if !onlyTimes(in) || !ok || in.Valid&fuse.FATTR_MTIME_NOW != 0 || in.Valid&fuse.FATTR_CTIME == 0 {
+		return nil
+	}
+	fi, err := f.fsys.s.StatIno(f.ino.Load())
+	if err != nil || !fi.Mtime.Equal(mt) {
+		return nil
+	}
+	return fi
+}
+
+// spoolTimes gives the pending commit the times of a setattr that sets
+// only times (see onlyTimes), instead of storing them now, when there is a
+// pending commit: it stores them with the content. With the writeback
+// cache every close and fsync of a written file sends one, so storing it
+// apart would cost a metadata transaction per close. A utimensat while the
+// file is written is kept as keepTimes keeps it, and a write after it makes
+// the mtime now again. Called with f.mu held.
+func (f *fileNode) spoolTimes(in *fuse.SetAttrIn) bool {
+	if f.sp == nil || !f.sp.dirty || !onlyTimes(in) {
+		return false
+	}
+	mt, setM := in.GetMTime()
+	if setM {
+		f.sp.mtime = mt
+	}
+	if ct, ok := in.GetCTime(); ok {
+		f.sp.ctime = ct
+	} else if setM {
+		f.sp.ctime = time.Now() // setting a time changes the ctime
+	}
+	return true
+}
+
 // truncate sets the file's size: in the spool when it is open for
 // writing (the O_TRUNC of an open arrives here, after the open), committed
 // at the writer's close or fsync; otherwise as a new version committed at
-// once.
-func (f *fileNode) truncate(ctx context.Context, size int64) syscall.Errno {
+// once. It reports whether it took the setattr's times too (see
+// spoolTimes): the kernel's writeback cache sends them with every
+// truncation, and a truncation committed at once stores them with it.
+func (f *fileNode) truncate(ctx context.Context, size int64, in *fuse.SetAttrIn) (bool, syscall.Errno) {
 	f.mu.Lock()
 	defer f.unlock()
 	temp := f.writers == 0
 	if temp {
 		if e := f.hold(); e != 0 {
-			return e
+			return false, e
 		}
 		defer f.unhold()
 	}
 	if f.sp == nil {
 		if e := f.startSpool(ctx, size == 0); e != 0 {
-			return e
+			return false, e
 		}
 	}
 	if err := f.sp.truncate(size); err != nil {
-		return f.fsys.errno("truncate", err)
+		return false, f.fsys.errno("truncate", err)
 	}
 	f.sp.modified()
+	times := f.spoolTimes(in)
 	if !temp {
-		return 0
+		return times, 0
 	}
 	e := f.commitLocked(ctx)
 	f.dropSpool(false)
-	return e
+	return times, e
 }
 
 // startSpool begins writing: a spool over the committed version unless

@@ -28,6 +28,12 @@ type Options struct {
 	// NoWriteHash turns off hashing chunks as they are written, leaving
 	// it to the commit (for measuring what it saves).
 	NoWriteHash bool
+	// WritebackCache asks the kernel to cache writes (FUSE's writeback
+	// cache, -o writeback_cache): write(2) fills the page cache and the
+	// kernel sends the dirty pages as large requests at writeback, close
+	// and fsync, serves reads of them itself, and keeps the file's size
+	// and times (see docs/READPATH.md).
+	WritebackCache bool
 }
 
 // FS is a mounted store.
@@ -65,17 +71,20 @@ func (s *Server) Metrics() *Metrics { return s.root.fsys.Metrics }
 // Invalidate tells the kernel that the entry at path (relative to the
 // mount) changed without going through the mount — a put, remove or
 // rename through the control socket — so that its next lookup asks kvfs.
+// The first component that go-fuse does not know is where the kernel's
+// knowledge ends; the kernel may still hold a negative entry for it (a
+// failed lookup of a directory that the put then created), so that one
+// is invalidated too.
 func (s *Server) Invalidate(path string) {
 	n := &s.root.Inode
 	comps := strings.FieldsFunc(path, func(r rune) bool { return r == '/' })
 	for i, c := range comps {
-		if i == len(comps)-1 {
+		ch := n.GetChild(c)
+		if i == len(comps)-1 || ch == nil {
 			n.NotifyEntry(c)
 			return
 		}
-		if n = n.GetChild(c); n == nil {
-			return // the kernel knows nothing below here
-		}
+		n = ch
 	}
 }
 
@@ -93,7 +102,6 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	fsys.splice = canSplice
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
-	neg := time.Duration(0)
 	// go-fuse's own messages are diagnostics (warnings, panics in
 	// handlers); with --debug-fuse its request traces too, at debug.
 	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
@@ -101,9 +109,15 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		golog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
 	}
 	fo := &gofs.Options{
-		EntryTimeout:    &opts.Timeout,
-		AttrTimeout:     &opts.Timeout,
-		NegativeTimeout: &neg,
+		EntryTimeout: &opts.Timeout,
+		AttrTimeout:  &opts.Timeout,
+		// A name that is missing stays missing until it is created
+		// through the mount (the kernel turns its negative entry into
+		// the new one) or through the control socket (Invalidate).
+		// Names that may appear otherwise, blocks/<sha256> adopted at
+		// lookup and the /.kvfs views, reply uncached misses
+		// (uncachedMiss).
+		NegativeTimeout: &opts.Timeout,
 		// Modes are the caller's: go-fuse would turn a mode of 0000 into
 		// 0644 (0755 for a directory).
 		NullPermissions: true,
@@ -121,8 +135,15 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 			Options:           []string{"default_permissions"},
 		},
 	}
-	srv, err := gofs.Mount(mnt, root, fo)
+	if opts.WritebackCache {
+		fo.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
+	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout}, mnt, &fo.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
 	setReadahead(mnt, requestBytes/1024, opts.Logger)

@@ -26,7 +26,15 @@ type viewCache struct {
 	order  []string              // resolved, oldest first
 	bytes  int64                 // viewBytes of the resolved ones
 	broken map[string]brokenEntry
+	// resolving admits maxResolving resolutions at a time: each parses
+	// a header and holds its block lists, up to about 120 MB for a
+	// snapshot at the store's caps, and 16 at once took the daemon to
+	// 2 GB.
+	resolving chan struct{}
 }
+
+// maxResolving bounds the resolutions in flight (see viewCache.resolving).
+const maxResolving = 2
 
 // brokenEntry is a broken view's error, and until when it is answered
 // without a new resolution.
@@ -132,9 +140,19 @@ func (c *viewCache) do(ctx context.Context, id string, resolve func() (*mlx.Whol
 	}
 	e := &viewEntry{done: make(chan struct{})}
 	c.views[id] = e
+	if c.resolving == nil {
+		c.resolving = make(chan struct{}, maxResolving)
+	}
+	sem := c.resolving
 	c.mu.Unlock()
 
-	e.v, e.err = resolve()
+	select {
+	case sem <- struct{}{}:
+		e.v, e.err = resolve()
+		<-sem
+	case <-ctx.Done():
+		e.err = ctx.Err() // the waiters, if any, ask again
+	}
 	close(e.done)
 
 	c.mu.Lock()

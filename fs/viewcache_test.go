@@ -81,3 +81,48 @@ func TestViewCacheBounded(t *testing.T) {
 		t.Fatal("the newest view was dropped")
 	}
 }
+
+// TestViewCacheResolvesFew: however many different views are asked for at
+// once, at most maxResolving are resolved at a time (each can hold a
+// hundred megabytes while it is); a caller that gives up while waiting
+// for its turn gets its context's error and leaves nothing behind.
+func TestViewCacheResolvesFew(t *testing.T) {
+	var c viewCache
+	var now, peak atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := c.do(context.Background(), fmt.Sprint("view-", i), func() (*mlx.WholeView, error) {
+				n := now.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				<-release
+				now.Add(-1)
+				return nil, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := c.do(ctx, "given-up", func() (*mlx.WholeView, error) { return nil, nil }); err == nil {
+		t.Error("a caller whose context ended while waiting to resolve got no error")
+	}
+	close(release)
+	wg.Wait()
+	if p := peak.Load(); p > maxResolving || p == 0 {
+		t.Fatalf("%d resolutions at once, want at most %d", p, maxResolving)
+	}
+	c.mu.Lock()
+	_, left := c.views["given-up"]
+	c.mu.Unlock()
+	if left {
+		t.Fatal("the abandoned resolution stayed in the cache")
+	}
+}

@@ -89,6 +89,10 @@ type Journal struct {
 	// durable: every record <= durable is on disk. Read without mu by
 	// Sync's fast path; stored under mu.
 	durable atomic.Uint64
+	// written: every record <= written is in its segment file (the page
+	// cache at least), so a crash of the process cannot lose it. Under
+	// mu.
+	written uint64
 	// failed mirrors err != nil for Sync's fast path.
 	failed atomic.Bool
 	syncs  atomic.Uint64 // SyncFile calls, for Stats
@@ -225,6 +229,34 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 	return seq, nil
 }
 
+// Write returns once every record <= seq is written to its segment file,
+// without a sync: a crash of the process can no longer lose it (a crash
+// of the machine still can, until Sync). If another caller is writing or
+// syncing, it waits for that caller, who writes what was appended
+// meanwhile (WriteThrough) or leaves the role to this one. Unlike Append
+// it may wait for an fdatasync in progress, so callers call it outside
+// their own locks.
+func (j *Journal) Write(seq uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if err := j.usable("write"); err != nil {
+			return err
+		}
+		if seq <= j.written || seq <= j.durable.Load() || seq >= j.next {
+			return nil
+		}
+		if !j.busy {
+			break
+		}
+		j.cond.Wait()
+	}
+	j.busy = true
+	err := j.flushLocked(false)
+	j.release()
+	return err
+}
+
 // writeLeftovers, with WriteThrough, writes (without a sync) the records
 // appended while this caller held the writer role, before it gives the
 // role up. mu held, writer role taken.
@@ -309,6 +341,13 @@ func (j *Journal) flushLocked(doSync bool) error {
 	j.buf, j.rolls, j.spareBuf = j.spareBuf[:0], nil, nil
 	j.mu.Unlock()
 	err := j.write(batch, rolls)
+	if err == nil {
+		// Write's waiters need not wait for the sync.
+		j.mu.Lock()
+		j.written = max(j.written, last)
+		j.cond.Broadcast()
+		j.mu.Unlock()
+	}
 	if err == nil && doSync {
 		err = j.syncDirty()
 	}

@@ -83,3 +83,43 @@ func TestWriteThroughDuringSync(t *testing.T) {
 	defer j2.Close()
 	checkRecords(t, replayAll(t, j2, 0), 1, 0, 4)
 }
+
+// TestWriteWaitsForSync: Write returns only once its record is in the
+// segment file, also when it was appended while a slow sync held the
+// writer role (Append left it in the buffer).
+func TestWriteWaitsForSync(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(nil)
+	inSync := make(chan struct{}, 1)
+	o.SyncFile = func(f *os.File) error {
+		select {
+		case inSync <- struct{}{}:
+		default:
+		}
+		time.Sleep(50 * time.Millisecond)
+		return fdatasync(f)
+	}
+	j := mustOpen(t, dir, o)
+	defer j.Close()
+	seq, err := j.Append(payloadFor(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inSync:
+	default:
+	}
+	go j.Sync(seq)
+	<-inSync
+	seq2, err := j.Append(payloadFor(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Write(seq2); err != nil {
+		t.Fatal(err)
+	}
+	j.waitSpare()
+	j2 := mustOpen(t, copyDir(t, dir), testOptions(nil))
+	defer j2.Close()
+	checkRecords(t, replayAll(t, j2, 0), 1, 0, 2)
+}

@@ -30,7 +30,8 @@ func spoolFile(t *testing.T, s *store.Store, b []byte) *os.File {
 }
 
 func TestCommitAdoptsNewSpool(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: 4096})
+	// Spools this small are copied into a shared pack by default.
+	s := storetest.New(t, storetest.Options{ChunkSize: 4096, Store: store.Options{AdoptMinBytes: 1}})
 	shared := randBytes(40000, 1)
 	put(t, s, "old", shared)
 	fi, err := s.CreateAt(manifest.RootIno, "f", 0o644, store.Owner{})
@@ -62,7 +63,7 @@ func TestCommitAdoptsNewSpool(t *testing.T) {
 }
 
 func TestCommitCopiesMostlyDuplicateSpool(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: 4096})
+	s := storetest.New(t, storetest.Options{ChunkSize: 4096, Store: store.Options{AdoptMinBytes: 1}})
 	shared := randBytes(100000, 1)
 	put(t, s, "old", shared)
 	fi, _ := s.CreateAt(manifest.RootIno, "f", 0o644, store.Owner{})

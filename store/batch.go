@@ -334,11 +334,10 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 				in.stats.NewBytes += c.n
 				continue
 			}
-			app, err := in.appender(c.n)
+			app, loc, err := in.reserve(c.n)
 			if err != nil {
 				return err
 			}
-			loc := app.Reserve(c.n)
 			if run == nil || run.app != app || run.off+run.n != loc.Off || run.srcOff+run.n != c.off {
 				flush()
 				run = &writeJob{app: app, off: loc.Off, srcOff: c.off}

@@ -195,6 +195,10 @@ func (s *Store) ExpireBlobs(now time.Time) (int, error) {
 // block that any namespace wrote, and the block reads back. It fails with
 // fs.ErrNotExist otherwise.
 //
+// A blob that a file of parent holds under another name is not adopted
+// there (heldIn): it is being written there, and its name comes with the
+// rename.
+//
 // c is the caller (nil: the daemon itself). Adopting is creating a file
 // with another file's content, so c must be allowed both (mayAdopt): to
 // create in parent, and to read the blob where it is; otherwise the blob
@@ -213,7 +217,7 @@ func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error
 		d, err := tx.Inode(parent)
 		if err == nil && d.IsDir() && d.Name == "blocks" {
 			r, err := tx.BlobRecord(name)
-			known = err == nil && r.HasContent && c.mayAdopt(tx, d, name)
+			known = err == nil && r.HasContent && !heldIn(tx, name, parent) && c.mayAdopt(tx, d, name)
 		}
 		return nil
 	})
@@ -244,7 +248,7 @@ func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error
 		if err != nil {
 			return err
 		}
-		if !c.mayAdopt(tx, d, name) {
+		if heldIn(tx, name, parent) || !c.mayAdopt(tx, d, name) {
 			return fs.ErrNotExist
 		}
 		m, err := tx.BlobContent(name)
@@ -288,4 +292,21 @@ func (s *Store) AdoptBlob(parent uint64, name string, c *Cred) (*FileInfo, error
 		return nil, inoErr("lookup", parent, name, err)
 	}
 	return fi, nil
+}
+
+// heldIn reports whether a file in directory dir holds blob hash: under
+// another name than hash, since a lookup of hash failed. That is the
+// engine writing the block there: <hash>.tmp, fsynced, about to be renamed
+// onto <hash>. The kernel looks the rename's target up first (and mv(1)
+// stats it); adopting there would create the name in a synced write
+// transaction, at every block written, only for the rename to replace it
+// at once. The rename gives the block its name.
+func heldIn(tx *manifest.Tx, hash string, dir uint64) bool {
+	held := false
+	tx.BlobInodes(hash, func(ino uint64) bool {
+		n, err := tx.Inode(ino)
+		held = err == nil && n.Parent == dir && n.Name != ""
+		return !held
+	})
+	return held
 }

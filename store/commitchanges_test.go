@@ -176,7 +176,7 @@ func TestCommitChangesRefusesUndirtiedChange(t *testing.T) {
 // from the whole content, the source when something is kept and the
 // spool itself when nothing is, and read back exact.
 func TestCommitChangesWholeContent(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1}})
 	for k, name := range []string{"blocks/x", "s.mlxkv"} {
 		orig := randBytes(20*cc, 6+10*uint64(k))
 		put(t, s, name, orig)
@@ -216,7 +216,7 @@ func TestCommitChangesWholeContent(t *testing.T) {
 // TestCommitChangesNewFileAdopts: a new file written whole, its cells
 // summed as written, is committed without hashing and its spool adopted.
 func TestCommitChangesNewFileAdopts(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1}})
 	fi, err := s.CreateAt(1, "n", 0o644, store.Owner{})
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,10 @@ func TestMain(m *testing.M) {
 		fsyncCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
 		os.Exit(0)
 	}
+	if dir := os.Getenv(sharedCrashEnv); dir != "" {
+		sharedCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

@@ -15,9 +15,10 @@ import (
 // ran the daemon out of descriptors after about 19,000 rewrites (issue 7).
 //
 // Removal trusts the pack's dead count, which Check verifies against the
-// chunk index (live + dead = committed). A pack that an appender holds,
-// idle or in use, or that an ingest is adopting, is skipped: it may still
-// receive chunks; it is looked at again when released.
+// chunk index (live + dead = committed). A pack that ingests are appending
+// to, or that an ingest is adopting, is skipped: it may still receive
+// chunks; it is looked at again when they finish. A pack open for
+// appending that no ingest uses is closed and removed (packslot.go).
 //
 // Order for crashes: the record goes first, then the file. A pack file
 // without a record is therefore dead, and recover removes it.
@@ -60,6 +61,11 @@ func (s *Store) dropDeadPacks(packs []uint32) map[uint32]bool {
 			// serialised, so a pack is never both taken and removed.
 			s.mu.Lock()
 			held := s.held[pack]
+			if sp := s.appending.byPack[pack]; held && sp != nil && sp.users == 0 {
+				// Open for appending but idle: it takes no more chunks.
+				s.closeAppendLocked(sp)
+				held = false
+			}
 			s.mu.Unlock()
 			if held {
 				continue

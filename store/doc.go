@@ -12,16 +12,19 @@
 // of the same layout with the longest common token prefix — for as long as
 // the bytes match, then every C bytes; their holes are stored as zero runs.
 // Files in a "blocks" directory and all other files are cut every C bytes
-// from their start. New chunks are appended to a pack owned by the ingest
-// and synced once; then one transaction commits the manifest, the refcounts
-// and the name, checking again that every reused chunk still exists (a
-// chunk freed meanwhile is written again from the source). The transaction
+// from their start. New chunks are appended to one of a few size-bounded
+// packs that concurrent ingests share (packslot.go), and each ingest syncs
+// its packs once; then one transaction commits the manifest, the
+// refcounts, the packs' committed lengths and the name, checking again
+// that every reused chunk still exists (a chunk freed meanwhile is written
+// again from the source). The transaction
 // is a journal record, synced before the commit returns (concurrent
 // commits share the sync); changes of names and attributes are journal
 // records synced by the next sync of anything (journal.go).
 //
-// A file written through the mount arrives as a spool file; when most of
-// it is new, the spool itself becomes a pack (adopt.go). Engine blocks are
+// A file written through the mount arrives as a spool file; when it is
+// large (16 MiB or more) and most of it is new, the spool itself becomes a
+// pack (adopt.go). Engine blocks are
 // kept alive by blob records while format-5 manifests list them
 // (blobs.go).
 //

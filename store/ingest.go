@@ -151,9 +151,9 @@ type ingest struct {
 	// (CommitOptions.Unhold and Close), closeFiles its files.
 	pinsMoved  int
 	closeFiles []*File
-	// committed: the commit's transaction succeeded (even if its sync
+	// txDone: the commit's transaction succeeded (even if its sync
 	// failed), so finish must not roll its packs back.
-	committed bool
+	txDone bool
 }
 
 // adoptedPack is a spool file renamed into the packs directory.
@@ -298,12 +298,11 @@ func (in *ingest) rewrite(ctx context.Context, missing []blockstore.ID) error {
 		if blockstore.Sum(buf) != id {
 			return fmt.Errorf("source changed during ingest (bytes at %d)", st.off)
 		}
-		app, err := in.appender(n)
+		app, loc, err := in.reserve(n)
 		if err != nil {
 			return err
 		}
-		loc, err := app.Append(buf)
-		if err != nil {
+		if err := app.WriteAt(buf, loc.Off); err != nil {
 			return err
 		}
 		st.written, st.loc = true, loc
@@ -336,6 +335,8 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var freed []blockstore.Loc
 	var held uint64
 	var releasePrev bool
+	var lengths map[uint32]int64 // of the shared packs
+	var dups []blockstore.Loc    // chunks written that a concurrent ingest stored first
 	update := s.updateReleasingSeq
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
@@ -355,6 +356,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		moved := map[blockstore.ID]bool{} // listed by both versions
 		dead := map[uint32]int64{}
+		dups = dups[:0]
 		// Sorted keys make bbolt's inserts sequential: far fewer page
 		// splits than the manifest's order.
 		ids := m.Chunks()
@@ -371,6 +373,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				c.Refs++
 				if st.written {
 					dead[st.loc.Pack] += st.loc.Len // a concurrent ingest stored it first
+					dups = append(dups, st.loc)
 				}
 			case !errors.Is(err, manifest.ErrNotFound):
 				return err
@@ -392,16 +395,8 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 				return err
 			}
 		}
-		for _, p := range in.slots {
-			st, err := tx.Pack(p.app.Pack())
-			if err != nil {
-				return err
-			}
-			st.Committed = p.app.Size()
-			st.Dead += dead[p.app.Pack()]
-			if err := tx.PutPack(p.app.Pack(), st); err != nil {
-				return err
-			}
+		if lengths, err = in.recordPacks(tx, dead); err != nil {
+			return err
 		}
 		parent, name, prev, err := in.destination(tx)
 		if err != nil {
@@ -510,13 +505,12 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		return nil, missing, err
 	}
-	for _, p := range in.slots {
-		p.committed = p.app.Size()
-	}
-	in.committed = true
+	in.committed(lengths)
+	in.txDone = true
 	if a := in.adopted; a != nil {
 		freed = append(freed, a.holes...)
 	}
+	freed = append(freed, dups...)
 	s.punch(freed)
 	in.dropPins(releasePrev)
 	// A file's commit is a durability point (fsync, last close, put):

@@ -86,6 +86,7 @@ func TestTruncatedMappedSource(t *testing.T) {
 // back, whole, to its writer.
 func TestAdoptedSpoolReturnedOnFailure(t *testing.T) {
 	s, dir := newTestStore(t)
+	s.adoptMin = 1
 	fi, err := s.CreateAt(1, "f", 0o644, Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +145,7 @@ func newTestStore(t *testing.T) (*Store, string) {
 // release), which must still hold every byte.
 func TestAdoptedSpoolKeepsDuplicatesUntilCommit(t *testing.T) {
 	s, dir := newTestStore(t)
+	s.adoptMin = 1
 	r := rand.New(rand.NewPCG(5, 6))
 	rnd := func(n int) []byte {
 		b := make([]byte, n)

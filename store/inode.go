@@ -53,14 +53,20 @@ func inoComps(tx *manifest.Tx, n *manifest.Inode) []string {
 // viewInode and updateInode run fn in a transaction and describe the
 // inode it returns; errors are wrapped with op and the entry.
 func (s *Store) viewInode(op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
-	return s.inodeTx(s.db.View, op, parent, name, fn)
+	return s.inodeTx(s.db.View, inoInfo, op, parent, name, fn)
 }
 
 func (s *Store) updateInode(op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
-	return s.inodeTx(s.db.Update, op, parent, name, fn)
+	return s.inodeTx(s.db.Update, inoInfo, op, parent, name, fn)
 }
 
-func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
+// viewAttr is viewInode without the path (inoAttr).
+func (s *Store) viewAttr(op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
+	return s.inodeTx(s.db.View, func(_ *manifest.Tx, n *manifest.Inode) *FileInfo { return inoAttr(n) }, op, parent, name, fn)
+}
+
+func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, describe func(*manifest.Tx, *manifest.Inode) *FileInfo,
+	op string, parent uint64, name string, fn func(tx *manifest.Tx) (*manifest.Inode, error)) (*FileInfo, error) {
 	var fi *FileInfo
 	err := run(func(tx *manifest.Tx) error {
 		n, err := fn(tx)
@@ -70,7 +76,7 @@ func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, op string, par
 		if err != nil {
 			return err
 		}
-		fi = inoInfo(tx, n)
+		fi = describe(tx, n)
 		return nil
 	})
 	if err != nil {
@@ -79,21 +85,41 @@ func (s *Store) inodeTx(run func(func(*manifest.Tx) error) error, op string, par
 	return fi, nil
 }
 
+// inoInfo describes inode n with its path.
 func inoInfo(tx *manifest.Tx, n *manifest.Inode) *FileInfo {
-	fi := info(inoPath(tx, n), n.Name, n)
+	fi := inoAttr(n)
+	fi.Path = inoPath(tx, n)
+	return fi
+}
+
+// inoAttr describes inode n without its path, which costs a read of every
+// directory up to the root: the filesystem's lookups and getattrs, one or
+// two of which come before nearly every operation, need none.
+func inoAttr(n *manifest.Inode) *FileInfo {
+	fi := info("", n.Name, n)
 	fi.Ctime, fi.Atime, fi.UID, fi.GID = time.Unix(0, n.Ctime), time.Unix(0, n.AccessTime()), n.UID, n.GID
 	fi.Parent, fi.Blob = n.Parent, n.Blob
 	return fi
 }
 
-// StatIno describes an inode.
+// StatIno describes an inode, without its Path (see inoAttr).
 func (s *Store) StatIno(ino uint64) (*FileInfo, error) {
-	return s.viewInode("stat", ino, "", func(tx *manifest.Tx) (*manifest.Inode, error) { return tx.Inode(ino) })
+	return s.viewAttr("stat", ino, "", func(tx *manifest.Tx) (*manifest.Inode, error) { return tx.Inode(ino) })
 }
 
 // Lookup describes the entry name in directory parent.
 func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
-	return s.viewInode("lookup", parent, name, func(tx *manifest.Tx) (*manifest.Inode, error) {
+	return s.viewInode("lookup", parent, name, lookupFn(parent, name))
+}
+
+// LookupAttr is Lookup without the entry's Path (see inoAttr).
+func (s *Store) LookupAttr(parent uint64, name string) (*FileInfo, error) {
+	return s.viewAttr("lookup", parent, name, lookupFn(parent, name))
+}
+
+// lookupFn finds the inode of name in directory parent.
+func lookupFn(parent uint64, name string) func(tx *manifest.Tx) (*manifest.Inode, error) {
+	return func(tx *manifest.Tx) (*manifest.Inode, error) {
 		if len(name) > MaxNameBytes {
 			return nil, validName(name)
 		}
@@ -102,7 +128,7 @@ func (s *Store) Lookup(parent uint64, name string) (*FileInfo, error) {
 			return nil, err
 		}
 		return tx.Inode(ino)
-	})
+	}
 }
 
 // ReadDir lists directory ino in name order.

@@ -110,6 +110,16 @@ func (l *lazyLog) Truncate(upto uint64) error {
 	return j.Truncate(upto)
 }
 
+// Write is the journal's Write (manifest.Writer): a namespace change
+// survives a crash of the daemon once its Update returns.
+func (l *lazyLog) Write(seq uint64) error {
+	j, err := l.get()
+	if err != nil {
+		return err
+	}
+	return j.Write(seq)
+}
+
 // close closes the journal if it was opened.
 func (l *lazyLog) close() error {
 	l.once.Do(func() { l.err = errors.New("journal never opened") })

@@ -166,8 +166,11 @@ func (r *reserve) release(op string, cause error) bool {
 // it can fail with ENOSPC; then the reserve is given up and fn runs again.
 // fn must be safe to run twice.
 func (s *Store) freeing(op string, fn func(*manifest.Tx) error) error {
-	_, err := s.freeingSeq(op, fn)
-	return err
+	seq, err := s.freeingSeq(op, fn)
+	if err != nil {
+		return err
+	}
+	return s.written(seq)
 }
 
 // freeingSeq is freeing, returning the journal sequence number that

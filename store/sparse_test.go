@@ -47,7 +47,7 @@ func sparseSpool(t *testing.T, s *store.Store, b []byte) *os.File {
 // exactly and the checker accepts chunks whose holes hold the zeros their
 // hash says.
 func TestSparseSpoolAdopted(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: 65536})
+	s := storetest.New(t, storetest.Options{ChunkSize: 65536, Store: store.Options{AdoptMinBytes: 1}})
 	b := randBytes(1<<20, 7)
 	for _, r := range [][2]int{{4096, 20480}, {65536 + 8192, 65536 + 12288}, {300000 &^ 4095, 400000 &^ 4095}} {
 		clear(b[r[0]:r[1]])

@@ -18,7 +18,7 @@ type Stats struct {
 	Chunks       int64   `json:"chunks"`
 	Packs        int64   `json:"packs"`
 	PackBytes    int64   `json:"packBytes"` // committed pack bytes, live and dead
-	DeadBytes    int64   `json:"deadBytes"` // released chunk bytes not yet reclaimed
+	DeadBytes    int64   `json:"deadBytes"` // committed pack bytes no chunk uses (released chunks; failed or in-flight commits' ranges; page padding)
 	ChunkSize    int64   `json:"chunkSize"`
 	Orphans      int64   `json:"orphans"`
 }

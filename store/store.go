@@ -35,6 +35,9 @@ type Options struct {
 	// PackBytes is the size at which ingests move to a new pack; 0 means
 	// blockstore.DefaultPackBytes.
 	PackBytes int64
+	// AdoptMinBytes is the smallest spool that a commit may take as a pack
+	// as it is (CommitOptions.Adopt); 0 means DefaultAdoptMinBytes.
+	AdoptMinBytes int64
 	// LockTimeout bounds the wait for another process's lock on the
 	// store; 0 means one second.
 	LockTimeout time.Duration
@@ -118,15 +121,23 @@ type Store struct {
 	// a reader never holds extents whose chunks were released and punched.
 	pins sync.RWMutex
 
-	mu sync.Mutex // guards open and idle
+	mu sync.Mutex // guards open, appending and held
 	// open counts the open handles of each inode: an inode with handles
 	// keeps its chunks when its last name goes (it becomes an orphan).
 	open map[uint64]int
-	// idle holds appenders of packs not in use by an ingest, to be reused
-	// by the next one so that packs fill up.
-	idle []*packSlot
-	// held marks the packs that have an appender, idle or in use.
+	// appending holds the packs open for appending, shared by ingests
+	// (packslot.go).
+	appending appendPacks
+	// held marks the packs that have an appender, in use or not, and
+	// those being adopted.
 	held map[uint32]bool
+	// adoptMin is Options.AdoptMinBytes.
+	adoptMin int64
+	// opening is held while a pack is opened for appending (packslot.go).
+	opening sync.Mutex
+	// appendPacks is how many packs stay open for appending
+	// (maxAppendPacks; tests lower it to make ingests share a pack).
+	appendPacks int
 }
 
 // Init creates a store in dir (which may exist but must not hold a store)
@@ -197,6 +208,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.BlobGrace <= 0 {
 		opts.BlobGrace = DefaultBlobGrace
 	}
+	if opts.AdoptMinBytes <= 0 {
+		opts.AdoptMinBytes = DefaultAdoptMinBytes
+	}
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
@@ -208,7 +222,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	rsv := newReserve(dir, opts.Reserve, opts.Logger)
 	s := &Store{dir: dir, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{}}
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{},
+		appending: appendPacks{byPack: map[uint32]*sharedPack{}}, adoptMin: opts.AdoptMinBytes, appendPacks: maxAppendPacks}
 	db, _, err := s.openIndex(opts)
 	if errors.Is(err, syscall.ENOSPC) && rsv.release("open index", err) {
 		db, _, err = s.openIndex(opts)
@@ -266,12 +281,7 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	s.closed.Store(true)
-	s.mu.Lock()
-	for _, p := range s.idle {
-		p.app.Close()
-	}
-	s.idle = nil
-	s.mu.Unlock()
+	s.closeAppendPacks()
 	// The index checkpoints as it closes; here first, so that a full
 	// disk may give up the reserve for it (checkpoint).
 	var err error
@@ -394,8 +404,25 @@ func (s *Store) checkpoint() error {
 // updateReleasing runs fn in a write transaction that may release
 // inodes, ordered against pins (see Store.pins).
 func (s *Store) updateReleasing(fn func(tx *manifest.Tx) error) error {
-	_, err := s.updateReleasingSeq(fn)
-	return err
+	seq, err := s.updateReleasingSeq(fn)
+	if err != nil {
+		return err
+	}
+	return s.written(seq)
+}
+
+// written waits until the journal record seq is in its file (after the
+// pin lock: it may wait for a sync in progress), so that a change that
+// returns survives a crash of the daemon; manifest.DB.Update does the
+// same for the transactions that do not go through UpdateSeq.
+func (s *Store) written(seq uint64) error {
+	if s.jlog == nil || seq == 0 {
+		return nil
+	}
+	if err := s.jlog.Write(seq); err != nil {
+		return fmt.Errorf("journal write: %w", err)
+	}
+	return nil
 }
 
 // updateReleasingSeq is updateReleasing, returning the journal sequence

@@ -85,4 +85,41 @@ func TestTrustedDir(t *testing.T) {
 		t.Errorf("Dir() = %s, want the real path %s", s.Dir(), mine)
 	}
 	s.Close()
+
+	// A link that another user owns in a shared (sticky) directory — as
+	// in /tmp — could be pointed anywhere: refused, though it leads to
+	// root's own directory; root's own link there is followed.
+	shared := filepath.Join(base, "shared")
+	os.Mkdir(shared, 0o777)
+	os.Chmod(shared, os.ModeSticky|0o777)
+	theirLink := filepath.Join(shared, "theirs")
+	os.Symlink(mine, theirLink)
+	os.Lchown(theirLink, 1234, 1234)
+	if _, err := store.Open(theirLink, store.Options{}); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("open through another user's link in a sticky directory: %v, want ErrNotOwner", err)
+	}
+	if err := store.Init(filepath.Join(theirLink, "sub"), store.DefaultChunkSize); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("init through another user's link: %v, want ErrNotOwner", err)
+	}
+	rootLink := filepath.Join(shared, "mine")
+	os.Symlink(mine, rootLink)
+	if s, err := store.Open(rootLink, store.Options{}); err != nil {
+		t.Errorf("open through root's link in a sticky directory: %v", err)
+	} else {
+		s.Close()
+	}
+	// A user's plain directory in the shared one: what it holds is theirs
+	// to change.
+	userDir := filepath.Join(shared, "udir")
+	os.Mkdir(userDir, 0o755)
+	os.Chown(userDir, 1234, 1234)
+	if err := store.Init(filepath.Join(userDir, "store"), store.DefaultChunkSize); !errors.Is(err, store.ErrNotOwner) {
+		t.Errorf("init below another user's directory: %v, want ErrNotOwner", err)
+	}
+	// Dot-dot is resolved on the real path.
+	if s, err := store.Open(filepath.Join(base, "sticky", "..", "mine"), store.Options{}); err != nil {
+		t.Errorf("open through ..: %v", err)
+	} else {
+		s.Close()
+	}
 }

@@ -30,8 +30,9 @@ import (
 //
 // KVFS_BENCH_QUICK=1 shrinks every size for a smoke run;
 // KVFS_BENCH_SNAPSHOT_MIB sets the whole-layout and cp snapshot size
-// (default 1024, 256 in quick mode); KVFS_BENCH_MOUNT_ARGS adds flags to
-// the kvfs mounts (--no-journal: the index without the journal). Results in docs/BENCHMARKS.md.
+// (default 1024, 256 in quick mode); KVFS_BENCH_MOUNT_ARGS (split at
+// spaces) adds arguments to the kvfs mounts, e.g. "-o writeback_cache".
+// Results in docs/BENCHMARKS.md.
 func BenchmarkWriteTable(b *testing.B) {
 	requireRoot(b)
 	cfg := newWriteBenchConfig(b)
@@ -48,6 +49,9 @@ func BenchmarkWriteTable(b *testing.B) {
 	tab.print(os.Stdout, cfg)
 }
 
+// benchMountArgs are the mount arguments of KVFS_BENCH_MOUNT_ARGS.
+func benchMountArgs() []string { return strings.Fields(os.Getenv("KVFS_BENCH_MOUNT_ARGS")) }
+
 // writeBenchConfig holds the sizes of one run.
 type writeBenchConfig struct {
 	quick         bool
@@ -63,9 +67,6 @@ type writeBenchConfig struct {
 	fsyncWrites   int // writes per writer
 	metaFiles     int
 	smallFiles    int
-	// mountArgs are extra flags of the kvfs mounts
-	// (KVFS_BENCH_MOUNT_ARGS, e.g. --no-journal to compare).
-	mountArgs []string
 }
 
 func newWriteBenchConfig(t testing.TB) writeBenchConfig {
@@ -84,7 +85,6 @@ func newWriteBenchConfig(t testing.TB) writeBenchConfig {
 		}
 		c.snapshotMiB = n
 	}
-	c.mountArgs = strings.Fields(os.Getenv("KVFS_BENCH_MOUNT_ARGS"))
 	return c
 }
 
@@ -174,6 +174,9 @@ func (t *writeTable) print(w io.Writer, c writeBenchConfig) {
 	if c.quick {
 		mode = "quick sizes (KVFS_BENCH_QUICK=1)"
 	}
+	if a := benchMountArgs(); len(a) > 0 {
+		mode += ", kvfs mounted with " + strings.Join(a, " ")
+	}
 	fmt.Fprintf(w, "\nWrite table (issue 9), %s, %s, snapshot %s; ratio = kvfs/plain of times (≤ targets) or of rates (≥ targets)\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), mode, c.snapshotSize())
 	fmt.Fprintln(w, "| measure | kvfs | plain | ratio | target | |")
@@ -252,7 +255,7 @@ func wbFields(t testing.TB, out string, n int) []float64 {
 // (tmp, write, fsync, close, rename to blocks/<sha256>), n files of size
 // per target in cfg.rounds interleaved rounds; median (and p99) latency.
 func benchDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig, size, n int, medianLimit float64, p99 bool) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	plain := b.TempDir()
 	label := fmt.Sprintf("%d KiB", size>>10)
 	if size >= 1<<20 {
@@ -286,7 +289,7 @@ func benchDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig, size, n i
 // every snapshot read back with verification, and the engine's collect
 // scan of every header of the fingerprint directory.
 func benchBlocksSeries(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	roots := [2]string{filepath.Join(b.TempDir(), "fp"), m.path("fp")}
 	for _, r := range roots {
 		if err := os.Mkdir(r, 0o700); err != nil {
@@ -335,7 +338,7 @@ func benchBlocksSeries(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // whole layout by mlx.Writer (tmp, write, fsync, close, rename, directory
 // fsync), best of cfg.snapRounds per target.
 func benchWholeSnapshot(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		x := wbFields(b, runClientOK(b, "wb-whole", fmt.Sprint(cfg.snapshotTokens()), fmt.Sprint(cfg.snapRounds),
@@ -359,7 +362,7 @@ func wbTimed(t testing.TB, script string) float64 {
 // vs cp to the plain directory followed by sync of the copy (both
 // durable), and vs the plain cp alone; best of cfg.snapRounds each.
 func benchCp(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		best := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)} // cp, cp+sync, kvfs cp
@@ -461,7 +464,7 @@ func wbRunTogether(t testing.TB, name string, argv [][]string) (wall float64, ou
 // cfg.writerFiles durable 64 KiB files into the same blocks directory;
 // files per second over the span of all, best of 2 rounds per target.
 func benchConcurrentDurable(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	plain := b.TempDir()
 	for i := 0; i < b.N; i++ {
 		var rate [2]float64
@@ -507,7 +510,7 @@ func wbWriteRandomFile(t testing.TB, path string, size int64, seed uint64) {
 // written per second over the span of all (open to close), best of 2
 // rounds per target.
 func benchFsyncWriters(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	plain := b.TempDir()
 	size := int64(cfg.fsyncFileMiB) << 20
 	for w := range 4 {
@@ -542,7 +545,7 @@ func benchFsyncWriters(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // benchMetadata: create, stat, rename, chmod and unlink of cfg.metaFiles
 // empty files, each phase timed on its own in both directories.
 func benchMetadata(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
-	m := newMount(b, cfg.mountArgs...)
+	m := newMount(b, benchMountArgs()...)
 	dirs := [2]string{filepath.Join(b.TempDir(), "meta"), m.path("meta")}
 	for i := 0; i < b.N; i++ {
 		for _, d := range dirs {
@@ -569,7 +572,7 @@ func benchMetadata(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 // against the issue's bound, stored bytes / 16 MiB + 8.
 func benchPacks(b *testing.B, tab *writeTable, cfg writeBenchConfig) {
 	for i := 0; i < b.N; i++ {
-		m := newMount(b, cfg.mountArgs...)
+		m := newMount(b, benchMountArgs()...)
 		x := wbFields(b, runClientOK(b, "wb-smallfiles", m.mnt, fmt.Sprint(cfg.smallFiles), fmt.Sprint(30000+i)), 2)
 		// Count once the daemon is gone: every release has been handled.
 		kvfs(b, "unmount", m.mnt)

@@ -148,9 +148,12 @@ func newMountInit(t testing.TB, initArgs []string, mountArgs ...string) *mount {
 	return m
 }
 
-// start mounts the store and checks mountinfo.
+// start mounts the store and checks mountinfo. KVFS_TEST_MOUNT_ARGS
+// (split at spaces) adds mount arguments to every mount of a run, e.g.
+// "-o writeback_cache" to run tests with the kernel's writeback cache.
 func (m *mount) start(t testing.TB, args ...string) {
 	t.Helper()
+	args = append(args, strings.Fields(os.Getenv("KVFS_TEST_MOUNT_ARGS"))...)
 	kvfs(t, append(append([]string{"mount"}, args...), m.store, m.mnt)...)
 	if !isMounted(m.mnt) {
 		t.Fatalf("kvfs mount returned but %s is not in mountinfo", m.mnt)

@@ -529,7 +529,7 @@ func daemonLog(m *mount) string {
 }
 
 // TestManyPacksBoundedFds: a store of more packs than the daemon may keep
-// open (every mostly-new file becomes a pack of its own), read by several
+// open (packs of 64 KiB, so that each file spans packs), read by several
 // processes at once. Every byte must be right, and the daemon's pack
 // descriptors, counted in /proc/PID/fd, must stay near the cap: at most the
 // cap idle plus those of the replies in flight, and at most the cap once
@@ -539,7 +539,7 @@ func TestManyPacksBoundedFds(t *testing.T) {
 	// Replies in flight hold their packs' descriptors beyond the cap: the
 	// kernel sends at most a few dozen read requests at once.
 	const inFlight = 48
-	args := []string{"--max-open-packs", fmt.Sprint(maxOpen)}
+	args := []string{"--max-open-packs", fmt.Sprint(maxOpen), "--pack-bytes", "65536"}
 	m := newMount(t, args...)
 	src := t.TempDir()
 	r := rand.New(rand.NewPCG(8, 9))
@@ -556,7 +556,7 @@ func TestManyPacksBoundedFds(t *testing.T) {
 	sh(t, fmt.Sprintf("cp %s/* %s", src, m.mnt))
 	remount(t, m, args...)
 	if n := len(packFiles(t, m)); n < files {
-		t.Fatalf("the store has %d packs; the test needs one per file (%d)", n, files)
+		t.Fatalf("the store has %d packs; the test needs at least one per file (%d)", n, files)
 	}
 	pid := daemonPID(t, m)
 	stop := make(chan struct{})

@@ -24,7 +24,7 @@ import (
 
 type mountOptions struct {
 	foreground bool
-	options    string
+	options    []string // -o, each comma-separated, as mount(8) takes them
 	verify     bool
 	debugFUSE  bool
 	logLevel   string
@@ -45,13 +45,18 @@ type mountOptions struct {
 	// sets how often the journal is checkpointed (store.Options).
 	noJournal       bool
 	checkpointEvery time.Duration
+	// writeback: -o writeback_cache (fs.Options.WritebackCache).
+	writeback bool
+	// packBytes is store.Options.PackBytes (for tests that need many
+	// packs).
+	packBytes int64
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
 	fs := newFlags("mount", "[flags] STORE MOUNTPOINT", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3).", stderr)
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
-	fs.StringVarP(&o.options, "options", "o", "", "comma-separated mount options: allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root)")
+	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
@@ -70,6 +75,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("no-journal")
 	fs.DurationVar(&o.checkpointEvery, "checkpoint-interval", 0, "testing: checkpoint the journal this often (default 30s)")
 	fs.MarkHidden("checkpoint-interval")
+	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
+	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -80,11 +87,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--max-open-packs: want 0 (the default) or more, not %d", o.maxOpenPacks)
 	}
 	allowOther := false
-	for _, opt := range strings.Split(o.options, ",") {
+	for _, opt := range strings.Split(strings.Join(o.options, ","), ",") {
 		switch strings.TrimSpace(opt) {
 		case "":
 		case "allow_other":
 			allowOther = true
+		case "writeback_cache":
+			o.writeback = true
 		case "rw", "defaults", "nodev", "nosuid", "noatime", "relatime", "_netdev", "auto", "noauto", "user", "nouser":
 			// accepted from fstab and mount(8); nothing to do
 		default:
@@ -137,15 +146,16 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // daemonize starts this command again in the foreground, detached, and
 // waits until it reports that the mount is live (or why it failed).
 func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer) error {
+	// The log is opened before the daemon opens the store: the store
+	// must be this user's first (store/trust.go), the log is opened
+	// under the store's real path, and never through a link.
+	real, err := store.TrustedDir(storeDir)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", storeDir, err)
+	}
 	logPath := o.logFile
 	if logPath == "" {
-		logPath = filepath.Join(storeDir, "kvfs.log")
-	}
-	// The log is opened before the daemon opens the store: the store
-	// must be this user's first (store/trust.go), and the log is never
-	// a link that leads elsewhere.
-	if _, err := store.TrustedDir(storeDir); err != nil {
-		return fmt.Errorf("open store %s: %w", storeDir, err)
+		logPath = filepath.Join(real, "kvfs.log")
 	}
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -161,8 +171,8 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		return err
 	}
 	flags := []string{"mount", "--foreground", "--ready-fd", "3", "--log-level", o.logLevel}
-	if o.options != "" {
-		flags = append(flags, "-o", o.options)
+	if len(o.options) > 0 {
+		flags = append(flags, "-o", strings.Join(o.options, ","))
 	}
 	if o.verify {
 		flags = append(flags, "--verify")
@@ -182,6 +192,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	}
 	if o.checkpointEvery != 0 {
 		flags = append(flags, "--checkpoint-interval", o.checkpointEvery.String())
+	}
+	if o.packBytes > 0 {
+		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
 	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
@@ -240,14 +253,15 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks,
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes,
 		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery})
 	if err != nil {
 		return fail(err)
 	}
 	defer s.Close()
 	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
-		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
+		WritebackCache: o.writeback,
+		ExpireEvery:    min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)
 	}
