@@ -36,7 +36,13 @@ import (
 // length are cut, and ranges released since are punched again by
 // reconcile (an open after a crash does not follow a clean close).
 // Large commits keep the fsync of their pack: large files are not
-// written twice.
+// written twice. Since shared packs, only spools of AdoptMinBytes or more
+// are adopted, so this path serves a large spool with few new bytes
+// (Options.AdoptMinBytes lowered, as tests do); the small commits that
+// append to shared packs still sync those before their record: carrying
+// their bytes the same way (and syncing the shared packs at checkpoints)
+// is the next step.
+
 
 // inlineMax bounds the live bytes of a commit that go into the journal.
 const inlineMax = 1 << 20
