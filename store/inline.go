@@ -43,7 +43,6 @@ import (
 // their bytes the same way (and syncing the shared packs at checkpoints)
 // is the next step.
 
-
 // inlineMax bounds the live bytes of a commit that go into the journal.
 const inlineMax = 1 << 20
 
