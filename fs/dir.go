@@ -223,8 +223,13 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 	return nil, syscall.EPERM
 }
 
-// Fsync of a directory has nothing to do: every change of names is
-// committed, synced, in its own transaction before the call returns.
+// Fsync of a directory makes every change committed so far durable:
+// changes of names are committed without a sync (durable with the next
+// sync of anything, as on a local disk; store/journal.go), and an fsync
+// of the directory is how a program asks for its entries to be durable.
 func (d *dirNode) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	if err := d.fsys.s.Sync(); err != nil {
+		return d.fsys.errno("fsync dir", err)
+	}
 	return 0
 }

@@ -626,9 +626,19 @@ func (w *writer) Flush(ctx context.Context) syscall.Errno {
 // it comes through: once it returns, the content is durable. A file with
 // nothing pending is durable already.
 func (f *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	// Changes of the file made before (its creation, chmod, xattrs) are
+	// committed without a sync; a commit syncs them with itself, and with
+	// nothing to commit the fsync syncs them (store/journal.go).
+	mark := f.fsys.s.Changes()
 	f.mu.Lock()
 	defer f.unlock()
-	return f.commitLocked(ctx)
+	if e := f.commitLocked(ctx); e != 0 {
+		return e
+	}
+	if err := f.fsys.s.SyncTo(mark); err != nil {
+		return f.fsys.errno("fsync", err)
+	}
+	return 0
 }
 
 // Release commits what is left and, for the last writer, drops the spool.

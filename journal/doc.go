@@ -9,6 +9,7 @@
 //	err = j.Replay(checkpointSeq, apply)  // records after the last checkpoint
 //	seq, err := j.Append(record)          // cheap: buffered, no I/O
 //	err = j.Sync(seq)                     // seq and everything before it durable
+//	err = j.Write(seq)                    // or only in the file: survives a killed process
 //	…
 //	// after the records <= seq are applied and synced elsewhere:
 //	err = j.Truncate(seq)

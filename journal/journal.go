@@ -30,6 +30,14 @@ type Options struct {
 	// Logger receives recovery's reports (dropped tails) and failures.
 	// Default: discard.
 	Logger *slog.Logger
+	// WriteThrough makes Append write its record to its segment (without
+	// a sync) before it returns, or, while another caller is writing or
+	// syncing, leaves it to that caller, who writes it before giving up
+	// the writer role. A crash of the process then loses no appended
+	// record (the page cache holds them); a crash of the machine loses
+	// those not synced, as without it. kvfs's store uses it so that a
+	// killed daemon loses no change that returned, synced or not.
+	WriteThrough bool
 	// SyncFile makes a segment's written data durable (the directory is
 	// always fsynced). Default:
 	// fdatasync(2). Tests inject failures and delays through it.
@@ -81,6 +89,10 @@ type Journal struct {
 	// durable: every record <= durable is on disk. Read without mu by
 	// Sync's fast path; stored under mu.
 	durable atomic.Uint64
+	// written: every record <= written is in its segment file (the page
+	// cache at least), so a crash of the process cannot lose it. Under
+	// mu.
+	written uint64
 	// failed mirrors err != nil for Sync's fast path.
 	failed atomic.Bool
 	syncs  atomic.Uint64 // SyncFile calls, for Stats
@@ -185,6 +197,15 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 	j.buf = appendRecord(j.buf, seq, j.durable.Load(), j.lepoch, payload)
 	j.lpos += n
 	j.next++
+	if j.opts.WriteThrough && !j.busy {
+		j.busy = true
+		err := j.flushLocked(false)
+		j.release()
+		if err != nil {
+			return 0, err
+		}
+		return seq, nil
+	}
 	// Keep the buffer bounded: past BufferSize, write it out (no sync)
 	// before returning, waiting for a writer in progress if need be.
 	for len(j.buf) >= j.opts.BufferSize {
@@ -197,12 +218,55 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 		}
 		j.busy = true
 		err := j.flushLocked(false)
+		if err == nil {
+			err = j.writeLeftovers()
+		}
 		j.release()
 		if err != nil {
 			return 0, err
 		}
 	}
 	return seq, nil
+}
+
+// Write returns once every record <= seq is written to its segment file,
+// without a sync: a crash of the process can no longer lose it (a crash
+// of the machine still can, until Sync). If another caller is writing or
+// syncing, it waits for that caller, who writes what was appended
+// meanwhile (WriteThrough) or leaves the role to this one. Unlike Append
+// it may wait for an fdatasync in progress, so callers call it outside
+// their own locks.
+func (j *Journal) Write(seq uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if err := j.usable("write"); err != nil {
+			return err
+		}
+		if seq <= j.written || seq <= j.durable.Load() || seq >= j.next {
+			return nil
+		}
+		if !j.busy {
+			break
+		}
+		j.cond.Wait()
+	}
+	j.busy = true
+	err := j.flushLocked(false)
+	j.release()
+	return err
+}
+
+// writeLeftovers, with WriteThrough, writes (without a sync) the records
+// appended while this caller held the writer role, before it gives the
+// role up. mu held, writer role taken.
+func (j *Journal) writeLeftovers() error {
+	for j.opts.WriteThrough && len(j.buf) > 0 {
+		if err := j.flushLocked(false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Sync returns once every record <= seq is durable. Concurrent callers
@@ -234,6 +298,9 @@ func (j *Journal) Sync(seq uint64) error {
 	}
 	j.busy = true
 	err := j.flushLocked(true)
+	if err == nil {
+		err = j.writeLeftovers()
+	}
 	j.release()
 	return err
 }
@@ -274,6 +341,13 @@ func (j *Journal) flushLocked(doSync bool) error {
 	j.buf, j.rolls, j.spareBuf = j.spareBuf[:0], nil, nil
 	j.mu.Unlock()
 	err := j.write(batch, rolls)
+	if err == nil {
+		// Write's waiters need not wait for the sync.
+		j.mu.Lock()
+		j.written = max(j.written, last)
+		j.cond.Broadcast()
+		j.mu.Unlock()
+	}
 	if err == nil && doSync {
 		err = j.syncDirty()
 	}
@@ -448,6 +522,9 @@ func (j *Journal) Replay(after uint64, fn func(seq uint64, payload []byte) error
 		err = j.replay(after, fn)
 	}
 	j.mu.Lock()
+	if err == nil {
+		err = j.writeLeftovers()
+	}
 	j.release()
 	j.mu.Unlock()
 	return err
@@ -502,6 +579,8 @@ func (j *Journal) Truncate(upto uint64) error {
 	if err != nil {
 		j.poison(err)
 		err = j.err
+	} else {
+		err = j.writeLeftovers()
 	}
 	j.release()
 	j.mu.Unlock()

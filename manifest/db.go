@@ -185,8 +185,24 @@ func (db *DB) closeBolt() error {
 // synced in plain mode; in journal mode, appended to the journal, durable
 // with the next Sync (UpdateSeq, UpdateSync).
 func (db *DB) Update(fn func(*Tx) error) error {
-	_, err := db.UpdateSeq(fn)
+	seq, err := db.UpdateSeq(fn)
+	if err == nil && db.j != nil {
+		if w, ok := db.j.opts.Log.(Writer); ok {
+			if err := w.Write(seq); err != nil {
+				return fmt.Errorf("index %s: journal write: %w", db.path, err)
+			}
+		}
+	}
 	return err
+}
+
+// Writer is a Log that can tell when a record has reached its file
+// without a sync (journal.Journal.Write): Update waits for that, after
+// the transaction (outside the writer lock, since it may wait for a sync
+// in progress), so that an Update that returned survives a crash of the
+// process, if not of the machine.
+type Writer interface {
+	Write(seq uint64) error
 }
 
 // allocate gives the index file's space to it for real. bbolt grows its

@@ -90,6 +90,10 @@
 // Log.Truncate(S) first, so that a log that lost its tail numbers its
 // next records after S, not among the numbers bbolt has already.
 //
+// The caller may append records of its own to the Log (the store's chunk
+// bytes), marked by their first byte (RecordData); replay hands them to
+// ReplayData in order with the index's records and skips them otherwise.
+//
 // Irreversible effects of a record (the store punching the chunks it
 // freed) must wait until the record cannot be lost: AfterCheckpoint runs
 // once bbolt holds it. The overlay's memory is bounded by checkpoints in

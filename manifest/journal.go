@@ -61,10 +61,22 @@ type JournalOptions struct {
 	// not called for a checkpoint that a crash cut short (the store
 	// reconciles at open). It must not call Checkpoint or Close.
 	AfterCheckpoint func(seq uint64) error
+	// ReplayData, if set, receives at open the records after the last
+	// checkpoint that begin with RecordData: records the caller appended
+	// to the Log itself (the store's chunk bytes), in order with the
+	// index's own. The index does not interpret them; the caller must
+	// make what they describe durable before a checkpoint covers them
+	// (BeforeCheckpoint), since the log drops them then.
+	ReplayData func(seq uint64, payload []byte) error
 	// Logger receives the errors of background checkpoints (default
 	// slog.Default()).
 	Logger *slog.Logger
 }
+
+// RecordData is the first byte of a record that the caller appends to the
+// Log beside the index's records (ReplayData); the index's own records
+// begin with their version (recordV1).
+const RecordData = 0x80
 
 // Option is an option of Open.
 type Option func(*openOptions)
@@ -154,6 +166,15 @@ func (db *DB) openJournal(o JournalOptions) error {
 				return nil // bbolt has it; the log kept it for its own reasons
 			}
 			return fmt.Errorf("journal record %d after record %d", seq, v.seq)
+		}
+		if len(payload) > 0 && payload[0] == RecordData {
+			if o.ReplayData == nil {
+				return fmt.Errorf("journal record %d: a data record, and no ReplayData", seq)
+			}
+			if err := o.ReplayData(seq, payload); err != nil {
+				return fmt.Errorf("journal record %d: %w", seq, err)
+			}
+			return nil
 		}
 		m, err := decodeMutations(append([]byte(nil), payload...))
 		if err != nil {

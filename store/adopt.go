@@ -133,6 +133,27 @@ func (in *ingest) adoptSpool() error {
 		holes = append(holes, blockstore.Loc{Pack: pack, Off: pos, Len: in.size - pos})
 	}
 	a.dead, a.holes = in.size-live, holes
+	if s.inlines(live) {
+		// Few live bytes: they go into the journal with the commit, and
+		// the pack and its name are synced by the next checkpoint
+		// (inline.go).
+		ranges := make([][2]int64, 0, len(in.fresh))
+		for _, c := range in.fresh {
+			ranges = append(ranges, [2]int64{c.off, c.n})
+		}
+		rec, err := encodeData(pack, in.size, ranges, func(off, n int64, b []byte) error {
+			_, err := in.adopt.ReadAt(b, off)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("journal adopted pack: %w", err)
+		}
+		if err := s.appendData(pack, rec); err != nil {
+			return err
+		}
+		in.stats.Adopted = true
+		return nil
+	}
 	if err := in.adopt.Sync(); err != nil {
 		return fmt.Errorf("sync adopted pack: %w", err)
 	}

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
 		os.Exit(0)
 	}
+	if dir := os.Getenv(fsyncCrashEnv); dir != "" {
+		fsyncCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
+		os.Exit(0)
+	}
 	if dir := os.Getenv(sharedCrashEnv); dir != "" {
 		sharedCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
 		os.Exit(0)

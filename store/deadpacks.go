@@ -46,7 +46,7 @@ func (s *Store) dropDeadPacks(packs []uint32) map[uint32]bool {
 		return nil
 	}
 	gone := map[uint32]bool{}
-	err := s.db.Update(func(tx *manifest.Tx) error {
+	seq, err := s.db.UpdateSeq(func(tx *manifest.Tx) error {
 		clear(gone)
 		for _, pack := range packs {
 			p, err := tx.Pack(pack)
@@ -78,6 +78,12 @@ func (s *Store) dropDeadPacks(packs []uint32) map[uint32]bool {
 		return nil
 	})
 	if err != nil {
+		s.log.Warn("remove dead packs", "err", fmt.Errorf("forget dead packs: %w", err))
+		return nil
+	}
+	// The file goes only once the record forgetting it is durable: a
+	// crash that lost the record would bring back a pack without a file.
+	if err := s.db.Sync(seq); err != nil {
 		s.log.Warn("remove dead packs", "err", fmt.Errorf("forget dead packs: %w", err))
 		return nil
 	}

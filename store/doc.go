@@ -2,9 +2,10 @@
 // chunks, commits them under names, and serves them back, with no FUSE in
 // sight. The filesystem and the command line are thin layers over it.
 //
-// A store directory holds kvfs.db (the manifest index), packs/ (chunk
-// bytes) and spool/ (files being written through a mount). Only one process
-// opens a store at a time: bbolt's file lock enforces it.
+// A store directory holds kvfs.db (the manifest index), journal/ (its
+// write-ahead journal: journal.go), packs/ (chunk bytes) and spool/ (files
+// being written through a mount). Only one process opens a store at a
+// time: bbolt's file lock enforces it (the journal is opened under it).
 //
 // Ingest reads a source once. Snapshots (.mlxkv files that parse) are cut
 // row by row, reusing the chunks of their parent — the committed snapshot
@@ -16,7 +17,10 @@
 // its packs once; then one transaction commits the manifest, the
 // refcounts, the packs' committed lengths and the name, checking again
 // that every reused chunk still exists (a chunk freed meanwhile is written
-// again from the source).
+// again from the source). The transaction
+// is a journal record, synced before the commit returns (concurrent
+// commits share the sync); changes of names and attributes are journal
+// records synced by the next sync of anything (journal.go).
 //
 // A file written through the mount arrives as a spool file; when it is
 // large (16 MiB or more) and most of it is new, the spool itself becomes a

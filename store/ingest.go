@@ -151,6 +151,9 @@ type ingest struct {
 	// (CommitOptions.Unhold and Close), closeFiles its files.
 	pinsMoved  int
 	closeFiles []*File
+	// txDone: the commit's transaction succeeded (even if its sync
+	// failed), so finish must not roll its packs back.
+	txDone bool
 }
 
 // adoptedPack is a spool file renamed into the packs directory.
@@ -334,13 +337,13 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 	var releasePrev bool
 	var lengths map[uint32]int64 // of the shared packs
 	var dups []blockstore.Loc    // chunks written that a concurrent ingest stored first
-	update := s.updateReleasing
+	update := s.updateReleasingSeq
 	if in.size == 0 {
 		// Emptying a file (truncate, an O_TRUNC rewrite) is how room is
 		// made too: on a full disk it may use the reserve.
-		update = func(fn func(*manifest.Tx) error) error { return s.freeing("truncate", fn) }
+		update = func(fn func(*manifest.Tx) error) (uint64, error) { return s.freeingSeq("truncate", fn) }
 	}
-	err := update(func(tx *manifest.Tx) error {
+	seq, err := update(func(tx *manifest.Tx) error {
 		missing = missing[:0]
 		if held != 0 {
 			s.unpinHeld(held) // an earlier try did not commit
@@ -503,12 +506,22 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		return nil, missing, err
 	}
 	in.committed(lengths)
+	in.txDone = true
 	if a := in.adopted; a != nil {
 		freed = append(freed, a.holes...)
 	}
 	freed = append(freed, dups...)
 	s.punch(freed)
 	in.dropPins(releasePrev)
+	// A file's commit is a durability point (fsync, last close, put):
+	// its journal record, and every one before it, is synced before the
+	// commit returns; concurrent commits share the sync (journal.go). A
+	// failure leaves the commit in the index, not durable (the journal
+	// fails every later sync too, until the store is opened again); the
+	// caller learns that its fsync failed.
+	if err := s.db.Sync(seq); err != nil {
+		return nil, nil, err
+	}
 	return fi, nil, nil
 }
 

@@ -362,6 +362,9 @@ func (in *ingest) sync() error {
 // committed: otherwise the ingest's ranges, live chunks now, are punched.
 func (in *ingest) finish(err error) {
 	s := in.s
+	if in.txDone {
+		err = nil // only its sync failed: nothing to roll back
+	}
 	if a := in.adopted; a != nil {
 		if err != nil {
 			// Give the spool back to its writer, and forget the pack.

@@ -183,17 +183,20 @@ func randBytes(n int, seed uint64) []byte {
 	return b
 }
 
-// copyDir copies the store's index and packs, as a crash would leave them
-// (the spool is emptied at open anyway).
+// copyDir copies the store's index, journal and packs, as a crash would
+// leave them (the spool is emptied at open anyway).
 func copyDir(t *testing.T, from, to string) {
 	t.Helper()
-	for _, sub := range []string{"", "packs", "spool"} {
+	for _, sub := range []string{"", "packs", "spool", "journal"} {
 		if err := os.MkdirAll(filepath.Join(to, sub), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range append([]string{"kvfs.db"}, globRel(t, from, "packs/*.pack")...) {
+	for _, p := range append(append([]string{"kvfs.db"}, globRel(t, from, "packs/*.pack")...), globRel(t, from, "journal/*")...) {
 		b, err := os.ReadFile(filepath.Join(from, p))
+		if os.IsNotExist(err) && filepath.Dir(p) == "journal" {
+			continue // a segment the journal was making in the background
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -166,9 +166,19 @@ func (r *reserve) release(op string, cause error) bool {
 // it can fail with ENOSPC; then the reserve is given up and fn runs again.
 // fn must be safe to run twice.
 func (s *Store) freeing(op string, fn func(*manifest.Tx) error) error {
-	err := s.updateReleasing(fn)
-	if errors.Is(err, syscall.ENOSPC) && s.reserve.release(op, err) {
-		err = s.updateReleasing(fn)
+	seq, err := s.freeingSeq(op, fn)
+	if err != nil {
+		return err
 	}
-	return err
+	return s.written(seq)
+}
+
+// freeingSeq is freeing, returning the journal sequence number that
+// makes the transaction durable.
+func (s *Store) freeingSeq(op string, fn func(*manifest.Tx) error) (uint64, error) {
+	seq, err := s.updateReleasingSeq(fn)
+	if errors.Is(err, syscall.ENOSPC) && s.reserve.release(op, err) {
+		seq, err = s.updateReleasingSeq(fn)
+	}
+	return seq, err
 }

@@ -63,6 +63,21 @@ type Options struct {
 	// tests, and for an administrator who has checked the store's files.
 	// kvfs's commands never set it.
 	AnyOwner bool
+	// NoJournal runs the index without the journal (journal.go): each
+	// transaction is a synced bbolt transaction, as before the journal.
+	// For comparison benchmarks; a store that has used the journal
+	// cannot be opened this way.
+	NoJournal bool
+	// JournalSegmentSize is the size of the journal's segment files; 0
+	// means 1/64 of the filesystem, between 256 KiB and 64 MiB. It
+	// bounds the largest commit (journalMaxPayload).
+	JournalSegmentSize int64
+	// CheckpointEntries and CheckpointInterval set when the index writes
+	// the journal's records to bbolt in the background
+	// (manifest.JournalOptions MaxEntries and Interval); 0 means the
+	// defaults (64 Ki entries, 30 s). Tests make checkpoints frequent.
+	CheckpointEntries  int
+	CheckpointInterval time.Duration
 }
 
 // Store is an open store. Its methods are safe for concurrent use.
@@ -87,6 +102,14 @@ type Store struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+
+	// jlog is the journal in journal mode (nil without it).
+	jlog *lazyLog
+	// inline tracks chunk bytes committed through the journal (inline.go).
+	inline inlineState
+	// opened: Open finished (recover ran); only then may Close mark the
+	// store closed cleanly.
+	opened bool
 
 	// pins orders taking a pin on an inode (open, hold) against
 	// transactions that may release an inode's chunks (remove, rename
@@ -198,9 +221,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.MaxSnapshotBlockRefs = DefaultMaxSnapshotBlockRefs
 	}
 	rsv := newReserve(dir, opts.Reserve, opts.Logger)
-	db, err := manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
+	s := &Store{dir: dir, log: opts.Logger, verify: opts.Verify,
+		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{},
+		appending: appendPacks{byPack: map[uint32]*sharedPack{}}, adoptMin: opts.AdoptMinBytes, appendPacks: maxAppendPacks}
+	db, _, err := s.openIndex(opts)
 	if errors.Is(err, syscall.ENOSPC) && rsv.release("open index", err) {
-		db, err = manifest.Open(filepath.Join(dir, "kvfs.db"), false, manifest.Params{}, opts.LockTimeout)
+		db, _, err = s.openIndex(opts)
 	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -208,14 +234,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	s.db = db
 	packs, err := blockstore.OpenWith(filepath.Join(dir, "packs"), blockstore.Options{MaxOpen: opts.MaxOpenPacks})
 	if err != nil {
 		db.Close()
+		if s.jlog != nil {
+			s.jlog.close()
+		}
 		return nil, err
 	}
-	s := &Store{dir: dir, db: db, packs: packs, chunks: packs, log: opts.Logger, verify: opts.Verify,
-		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{},
-		appending: appendPacks{byPack: map[uint32]*sharedPack{}}, adoptMin: opts.AdoptMinBytes, appendPacks: maxAppendPacks}
+	s.packs, s.chunks = packs, packs
 	s.caps.slots = opts.MaxSnapshotSlots
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize
@@ -230,6 +258,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)
 	}
 	s.reserve.fill()
+	s.opened = true
 	return s, nil
 }
 
@@ -253,9 +282,27 @@ func (s *Store) Close() error {
 func (s *Store) close() error {
 	s.closed.Store(true)
 	s.closeAppendPacks()
-	err := s.packs.Close()
+	// The index checkpoints as it closes; here first, so that a full
+	// disk may give up the reserve for it (checkpoint).
+	var err error
+	if s.db.Journaled() {
+		err = s.checkpoint()
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
+	}
+	if cerr := s.packs.Close(); err == nil {
+		err = cerr
+	}
+	if s.jlog != nil {
+		if cerr := s.jlog.close(); err == nil {
+			err = cerr
+		}
+		if err == nil && s.opened {
+			if f, cerr := os.Create(closedMarker(s.dir)); cerr == nil {
+				f.Close()
+			}
+		}
 	}
 	return err
 }
@@ -303,6 +350,21 @@ func (s *Store) recover() error {
 	// Packs whose last chunk was released just before a crash, or by a
 	// version that did not remove dead packs.
 	s.dropDeadPacks(dead)
+	if s.db.Journaled() {
+		// Without the marker of a clean close, punches may have been
+		// lost with the queue (journal.go). The marker goes for good
+		// before anything new is queued.
+		m := closedMarker(s.dir)
+		if err := os.Remove(m); errors.Is(err, fs.ErrNotExist) {
+			if err := s.reconcile(); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		} else if err := syncDir(s.dir); err != nil {
+			return err
+		}
+	}
 	// The spool goes before the orphans: it frees space that their
 	// release may need on a full disk.
 	spool := filepath.Join(s.dir, "spool")
@@ -327,12 +389,48 @@ func (s *Store) recover() error {
 	return nil
 }
 
+// checkpoint writes the index's journal records to bbolt now. On a full
+// disk (bbolt grows) it gives up the reserve, as a removal does: the
+// records a full disk leaves to checkpoint are mostly removals, which
+// need the room bbolt cannot find.
+func (s *Store) checkpoint() error {
+	err := s.db.Checkpoint()
+	if errors.Is(err, syscall.ENOSPC) && s.reserve.release("checkpoint", err) {
+		err = s.db.Checkpoint()
+	}
+	return err
+}
+
 // updateReleasing runs fn in a write transaction that may release
 // inodes, ordered against pins (see Store.pins).
 func (s *Store) updateReleasing(fn func(tx *manifest.Tx) error) error {
+	seq, err := s.updateReleasingSeq(fn)
+	if err != nil {
+		return err
+	}
+	return s.written(seq)
+}
+
+// written waits until the journal record seq is in its file (after the
+// pin lock: it may wait for a sync in progress), so that a change that
+// returns survives a crash of the daemon; manifest.DB.Update does the
+// same for the transactions that do not go through UpdateSeq.
+func (s *Store) written(seq uint64) error {
+	if s.jlog == nil || seq == 0 {
+		return nil
+	}
+	if err := s.jlog.Write(seq); err != nil {
+		return fmt.Errorf("journal write: %w", err)
+	}
+	return nil
+}
+
+// updateReleasingSeq is updateReleasing, returning the journal sequence
+// number that makes the transaction durable (manifest.DB.UpdateSeq).
+func (s *Store) updateReleasingSeq(fn func(tx *manifest.Tx) error) (uint64, error) {
 	s.pins.Lock()
 	defer s.pins.Unlock()
-	return s.db.Update(fn)
+	return s.db.UpdateSeq(fn)
 }
 
 // viewPinning runs fn, which takes pins, in a read transaction ordered
@@ -420,6 +518,9 @@ func (s *Store) releaseInodeExcept(tx *manifest.Tx, n *manifest.Inode, keep map[
 // on a full disk, the reserve is given up for it.) Then, with room made,
 // the reserve is made again if it was given up.
 func (s *Store) punch(freed []blockstore.Loc) {
+	if len(freed) == 0 || !s.syncReleases() {
+		return
+	}
 	byPack := map[uint32][]blockstore.Loc{}
 	var packs []uint32
 	for _, l := range freed {

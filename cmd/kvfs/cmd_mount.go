@@ -41,6 +41,10 @@ type mountOptions struct {
 	// noWriteHash turns off hashing chunks as they are written (to
 	// measure what it saves).
 	noWriteHash bool
+	// noJournal runs the index without the journal; checkpointEvery
+	// sets how often the journal is checkpointed (store.Options).
+	noJournal       bool
+	checkpointEvery time.Duration
 	// writeback: -o writeback_cache (fs.Options.WritebackCache).
 	writeback bool
 	// packBytes is store.Options.PackBytes (for tests that need many
@@ -67,6 +71,10 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("keep-pipe-limit")
 	fs.BoolVar(&o.noWriteHash, "no-write-hash", false, "testing: do not hash chunks as they are written (the commit hashes them), to measure what hashing while writing saves")
 	fs.MarkHidden("no-write-hash")
+	fs.BoolVar(&o.noJournal, "no-journal", false, "testing: commit every index change in a synced bbolt transaction, without the journal (a store that has used the journal refuses it), to measure what the journal saves")
+	fs.MarkHidden("no-journal")
+	fs.DurationVar(&o.checkpointEvery, "checkpoint-interval", 0, "testing: checkpoint the journal this often (default 30s)")
+	fs.MarkHidden("checkpoint-interval")
 	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
 	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
@@ -185,6 +193,12 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.noWriteHash {
 		flags = append(flags, "--no-write-hash")
 	}
+	if o.noJournal {
+		flags = append(flags, "--no-journal")
+	}
+	if o.checkpointEvery != 0 {
+		flags = append(flags, "--checkpoint-interval", o.checkpointEvery.String())
+	}
 	if o.packBytes > 0 {
 		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
 	}
@@ -245,7 +259,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
-	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes})
+	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes,
+		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery})
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvfs/kvfs/manifest"
+)
+
+// Small commits' new bytes travel in the journal. A spool adopted as a pack
+// (adopt.go) used to cost two flushes before its commit: an fsync of the
+// new pack file (its data, inode and size) and one of packs/ (its new
+// name). When its live bytes are few (inlineMax), the commit instead
+// appends a data record to the journal before its index record: the pack
+// number, the pack's size and each live range with its bytes. The commit's
+// journal sync then makes the bytes durable with the index change, one
+// flush in all. The pack file and its name are made durable by the next
+// checkpoint, before its bbolt transaction (syncInline, the index's
+// BeforeCheckpoint): once a checkpoint covers a data record, the journal
+// may drop it.
+//
+// Recovery. Open replays the data records after the last checkpoint, in
+// order with the index's (manifest.JournalOptions.ReplayData): each
+// writes its ranges at the same place in the same pack file, creating the
+// file if its name was lost, and extends it to the pack's size. Writing
+// bytes that are already there is harmless, so replay is idempotent. A
+// data record whose index record was lost (the crash came between them,
+// or the commit failed) leaves bytes the index does not know: a pack file
+// without a record is removed by recover, bytes past a pack's committed
+// length are cut, and ranges released since are punched again by
+// reconcile (an open after a crash does not follow a clean close).
+// Large commits keep the fsync of their pack: large files are not
+// written twice. Since shared packs, only spools of AdoptMinBytes or more
+// are adopted, so this path serves a large spool with few new bytes
+// (Options.AdoptMinBytes lowered, as tests do); the small commits that
+// append to shared packs still sync those before their record: carrying
+// their bytes the same way (and syncing the shared packs at checkpoints)
+// is the next step.
+
+// inlineMax bounds the live bytes of a commit that go into the journal.
+const inlineMax = 1 << 20
+
+// inlineCheckpoint is how many inlined bytes start a checkpoint: the
+// journal cannot drop data records until one runs, and its segments
+// should be recycled, not added.
+const inlineCheckpoint = 32 << 20
+
+// inlineState tracks what the data records wrote since the last
+// checkpoint.
+type inlineState struct {
+	max   int64 // largest inlined commit, by the journal's record bound
+	mu    sync.Mutex
+	dirty map[uint32]bool // packs written through data records, unsynced
+	names bool            // a pack got its name (a rename) since
+	bytes atomic.Int64    // inlined since the last checkpoint
+	ckpt  atomic.Bool     // a checkpoint it asked for is running
+}
+
+// inlines reports whether a commit with n live new bytes goes into the
+// journal.
+func (s *Store) inlines(n int64) bool {
+	return s.db.Journaled() && n <= s.inline.max
+}
+
+// encodeData is a data record: RecordData, pack:u32, size:u64, then per
+// range off:uvarint len:uvarint bytes.
+func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int64, b []byte) error) ([]byte, error) {
+	total := 13
+	for _, r := range ranges {
+		total += 2*binary.MaxVarintLen64 + int(r[1])
+	}
+	b := make([]byte, 0, total)
+	b = append(b, manifest.RecordData)
+	b = binary.BigEndian.AppendUint32(b, pack)
+	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	for _, r := range ranges {
+		b = binary.AppendUvarint(b, uint64(r[0]))
+		b = binary.AppendUvarint(b, uint64(r[1]))
+		at := len(b)
+		b = append(b, make([]byte, r[1])...)
+		if err := read(r[0], r[1], b[at:]); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// appendData appends a data record for pack (which now has its name in
+// packs/) ahead of the commit's index record, and marks the pack for the
+// next checkpoint's sync.
+func (s *Store) appendData(pack uint32, rec []byte) error {
+	s.inline.mu.Lock()
+	s.inline.dirty[pack] = true
+	s.inline.names = true
+	s.inline.mu.Unlock()
+	if _, err := s.jlog.Append(rec); err != nil {
+		return fmt.Errorf("journal the bytes of pack %d: %w", pack, err)
+	}
+	if s.inline.bytes.Add(int64(len(rec))) > inlineCheckpoint && s.inline.ckpt.CompareAndSwap(false, true) {
+		go func() {
+			defer s.inline.ckpt.Store(false)
+			if err := s.checkpoint(); err != nil {
+				s.log.Error("checkpoint for inlined bytes", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// packPath is pack's file, as blockstore names it; replay runs before the
+// pack directory is opened.
+func (s *Store) packPath(pack uint32) string {
+	return filepath.Join(s.dir, "packs", fmt.Sprintf("%06d.pack", pack))
+}
+
+// replayData is the index's ReplayData: it writes a data record's bytes
+// back in place.
+func (s *Store) replayData(seq uint64, p []byte) error {
+	if len(p) < 13 {
+		return fmt.Errorf("data record of %d bytes", len(p))
+	}
+	pack := binary.BigEndian.Uint32(p[1:])
+	size := int64(binary.BigEndian.Uint64(p[5:]))
+	path := s.packPath(pack)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("replay bytes of %s: %w", path, err)
+	}
+	defer f.Close()
+	for rest := p[13:]; len(rest) > 0; {
+		off, k := binary.Uvarint(rest)
+		if k <= 0 {
+			return fmt.Errorf("replay bytes of %s: bad range offset", path)
+		}
+		rest = rest[k:]
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || uint64(len(rest)-k) < n {
+			return fmt.Errorf("replay bytes of %s: bad range length", path)
+		}
+		rest = rest[k:]
+		if _, err := f.WriteAt(rest[:n], int64(off)); err != nil {
+			return fmt.Errorf("replay bytes of %s: %w", path, err)
+		}
+		rest = rest[n:]
+	}
+	if fi, err := f.Stat(); err != nil {
+		return fmt.Errorf("replay bytes of %s: %w", path, err)
+	} else if fi.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			return fmt.Errorf("replay bytes of %s: %w", path, err)
+		}
+	}
+	s.inline.mu.Lock()
+	s.inline.dirty[pack] = true
+	s.inline.names = true
+	s.inline.mu.Unlock()
+	return nil
+}
+
+// syncInline is the index's BeforeCheckpoint: the packs that data
+// records wrote, and their names, become durable before bbolt takes the
+// records' index changes and the journal drops the records. A pack
+// marked after the snapshot is synced by the next checkpoint; one marked
+// before is synced here, and its record precedes the checkpoint's.
+func (s *Store) syncInline(uint64) error {
+	s.inline.mu.Lock()
+	dirty, names := s.inline.dirty, s.inline.names
+	s.inline.dirty, s.inline.names = map[uint32]bool{}, false
+	s.inline.mu.Unlock()
+	s.inline.bytes.Store(0)
+	var errs []error
+	for pack := range dirty {
+		if err := syncFile(s.packPath(pack)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if names {
+		if err := syncDir(filepath.Join(s.dir, "packs")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.inline.mu.Lock()
+		for pack := range dirty {
+			s.inline.dirty[pack] = true
+		}
+		s.inline.names = s.inline.names || names
+		s.inline.mu.Unlock()
+		return fmt.Errorf("sync packs written through the journal: %w", err)
+	}
+	return nil
+}
+
+// syncFile fdatasyncs a pack file; one removed meanwhile (dead) needs
+// nothing.
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	return nil
+}
