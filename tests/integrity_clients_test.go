@@ -236,7 +236,11 @@ func icVerify(r *icReport, what string, p, scratch []byte, off int64, h icHeader
 func icCheck(r *icReport, rng *rand.Rand, path string, stable, mmap bool, buf, scratch []byte) icResult {
 	f, err := os.Open(path)
 	if err != nil {
-		if stable || !errors.Is(err, syscall.ENOENT) {
+		// A volatile name is unlinked and made again in a loop: its open
+		// may find it gone (ENOENT) or, when both the open and the
+		// kernel's retry reach an inode deleted just after its lookup,
+		// ESTALE (the known gap in docs/READPATH.md).
+		if stable || !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ESTALE) {
 			r.bad(errKind("open", err), "%s: %v", path, err)
 		}
 		return icResult{}
