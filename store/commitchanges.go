@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -77,10 +76,7 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	var prev *manifest.Inode
 	var pm manifest.Manifest
 	err := s.db.View(func(tx *manifest.Tx) error {
-		n, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) || err == nil && n.Name == "" {
-			return fs.ErrNotExist
-		}
+		n, err := commitTarget(tx, ino)
 		if err != nil {
 			return err
 		}

@@ -452,15 +452,11 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 	// directory); the commit goes to the inode's own name.
 	var comps []string
 	err := s.db.View(func(tx *manifest.Tx) error {
-		n, err := tx.Inode(ino)
-		if errors.Is(err, manifest.ErrNotFound) || err == nil && n.Name == "" {
-			return fs.ErrNotExist
+		n, err := commitTarget(tx, ino)
+		if err == nil {
+			comps = inoComps(tx, n)
 		}
-		if err != nil {
-			return err
-		}
-		comps = inoComps(tx, n)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, nil, inoErr("commit", ino, "", err)
@@ -507,4 +503,14 @@ func (s *Store) StatFS() (*FSStats, error) {
 	})
 	out.Files = used + freeInodes
 	return out, nil
+}
+
+// commitTarget is the inode a commit of ino goes to: one that still has a
+// name (fs.ErrNotExist otherwise: the file was removed meanwhile).
+func commitTarget(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
+	n, err := tx.Inode(ino)
+	if errors.Is(err, manifest.ErrNotFound) || err == nil && n.Name == "" {
+		return nil, fs.ErrNotExist
+	}
+	return n, err
 }
