@@ -34,5 +34,15 @@ func (db *DB) LastSeq() uint64 {
 	return db.j.cur.Load().seq
 }
 
+// Checkpointed is the sequence number of the last journal record that a
+// checkpoint wrote to bbolt (0 in plain mode): an open replays only the
+// records after it.
+func (db *DB) Checkpointed() uint64 {
+	if db.j == nil {
+		return 0
+	}
+	return db.j.ckptSeq.Load()
+}
+
 // Journaled reports whether the DB runs in journal mode.
 func (db *DB) Journaled() bool { return db.j != nil }

@@ -28,11 +28,12 @@ import (
 //     of anything (a file's fsync, a directory's fsync: Store.Sync), as on
 //     a local disk; the journal is ordered, so a durable record implies
 //     every earlier one.
-//   - Chunk bytes: a small adopted spool's live bytes travel in a data
-//     record of the journal ahead of the commit's record, and its pack is
-//     synced by the next checkpoint (inline.go). Other commits write and
-//     sync their packs before the commit's record is appended, so a record
-//     never refers to bytes that a crash can lose.
+//   - Chunk bytes: a commit with few new bytes (up to 1 MiB) carries them
+//     in data records of the journal ahead of its own record, and the
+//     packs they went to are synced by the next checkpoint (inline.go).
+//     Other commits write and sync their packs before the commit's record
+//     is appended, so a record never refers to bytes that a crash can
+//     lose.
 //   - Irreversible effects wait for the record that allows them.
 //     Punching released chunks must not happen before the record that
 //     released them is durable: a crash could lose the record and bring

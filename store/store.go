@@ -324,6 +324,7 @@ func (s *Store) recover() error {
 	}); err != nil {
 		return err
 	}
+	s.untaintCommitted(states)
 	var dead []uint32
 	for pack, size := range onDisk {
 		st, ok := states[pack]
