@@ -42,8 +42,15 @@ var (
 	keyNextPack  = []byte("nextPack")
 )
 
-// SchemaVersion is the version of this bucket layout.
-const SchemaVersion = 1
+// SchemaVersion is the version of this bucket layout that an index gets
+// once it is written through the journal (SetJournaled): versions of kvfs
+// before the journal read only schemaPlain, and so refuse such an index
+// rather than open it without the records after its last checkpoint.
+const SchemaVersion = 2
+
+// schemaPlain is the bucket layout without the journal: new indexes start
+// at it, and it is what kvfs before the journal wrote.
+const schemaPlain = 1
 
 // Params are the store's parameters, fixed at creation.
 type Params struct {
@@ -119,7 +126,7 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 			if params.ChunkSize <= 0 {
 				return fmt.Errorf("chunk size %d", params.ChunkSize)
 			}
-			putU64(meta, keyVersion, SchemaVersion)
+			putU64(meta, keyVersion, schemaPlain)
 			putU64(meta, keyChunkSize, uint64(params.ChunkSize))
 			putU64(meta, keyNextIno, RootIno+1)
 			putU64(meta, keyNextPack, 1)
@@ -127,8 +134,8 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 			root := &Inode{Ino: RootIno, Mode: fs.ModeDir | 0o755, Mtime: now, Ctime: now}
 			return (&Tx{tx: tx}).PutInode(root)
 		}
-		if v := getU64(meta, keyVersion); v != SchemaVersion {
-			return fmt.Errorf("%w: schema version %d, this kvfs reads %d", ErrParams, v, SchemaVersion)
+		if v := getU64(meta, keyVersion); v != schemaPlain && v != SchemaVersion {
+			return fmt.Errorf("%w: schema version %d, this kvfs reads %d and %d", ErrParams, v, schemaPlain, SchemaVersion)
 		}
 		return nil
 	})

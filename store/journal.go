@@ -173,8 +173,11 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		s.jlog.close()
 		return nil, false, err
 	}
-	var marked bool
-	db.View(func(tx *manifest.Tx) error { marked = tx.Journaled(); return nil })
+	var marked, old bool
+	db.View(func(tx *manifest.Tx) error {
+		marked, old = tx.Journaled(), tx.Schema() < manifest.SchemaVersion
+		return nil
+	})
 	switch {
 	case marked && created:
 		// Opening it would lose every record after the last checkpoint;
@@ -183,7 +186,8 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		s.jlog.close()
 		os.RemoveAll(jdir)
 		return nil, false, fmt.Errorf("the store's journal %s is missing (the index was written through it; the records since its last checkpoint are lost)", jdir)
-	case !marked:
+	case !marked || old:
+		// (old: marked by a kvfs that did not raise the schema version.)
 		// Marked in bbolt itself (the checkpoint), not only in the journal:
 		// the mark is what tells a later open that the journal is needed.
 		err := db.Update(func(tx *manifest.Tx) error { return tx.SetJournaled() })
