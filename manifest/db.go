@@ -171,10 +171,19 @@ func (db *DB) Path() string { return db.path }
 
 // Close closes the index; in journal mode, it first checkpoints the
 // overlay, so that a clean close leaves nothing to replay.
-func (db *DB) Close() error {
+func (db *DB) Close() error { return db.CloseWith(nil) }
+
+// CloseWith is Close, calling last (if set) with the checkpoint's error
+// once the index is closed to transactions but before bbolt lets go of its
+// file lock: what last does to the store is done before another process
+// can open it.
+func (db *DB) CloseWith(last func(err error) error) error {
 	var err error
 	if db.j != nil {
 		err = db.closeJournal()
+	}
+	if last != nil {
+		err = last(err)
 	}
 	if cerr := db.closeBolt(); err == nil {
 		err = cerr
