@@ -239,6 +239,24 @@ func TestFsckPlantedFaults(t *testing.T) {
 					t.Errorf("d/a chunk %d at %d: read %s, want %s", k, off, got, want)
 				}
 			}
+			if tc.name == "punched live range" {
+				// A write into a damaged file that keeps a damaged run
+				// fails (EIO), rather than turning lost bytes into zeros;
+				// rewriting the file whole clears the damage.
+				if out, err := exec.Command("sh", "-c", fmt.Sprintf("printf x | dd of=%s bs=1 count=1 conv=notrunc 2>&1", m.path("d/a"))).CombinedOutput(); err == nil {
+					t.Errorf("partial write into a damaged file succeeded:\n%s", out)
+				}
+				if got := strings.TrimSpace(runClientOK(t, "fsckxattr", m.path("d/a"))); got != tc.damaged {
+					t.Errorf("after a failed partial write: user.kvfs.damaged %q, want %q", got, tc.damaged)
+				}
+				sh(t, fmt.Sprintf("cp %s/a %s", src, m.path("d/a")))
+				if got := strings.TrimSpace(runClientOK(t, "fsckxattr", m.path("d/a"))); got != "ENODATA" {
+					t.Errorf("after a rewrite: user.kvfs.damaged %q", got)
+				}
+				if got, want := readThroughMount(t, m.path("d/a"), victim*C, C), sha(a[victim*C:(victim+1)*C]); got != want {
+					t.Errorf("after a rewrite: read %s, want %s", got, want)
+				}
+			}
 			// b shares chunk 3 (and with a missing pack, everything).
 			got = readThroughMount(t, m.path("b"), victim*C, C)
 			if want := sha(b[victim*C : (victim+1)*C]); tc.damaged != "" {
