@@ -312,3 +312,43 @@ func TestFsckCleanWorkload(t *testing.T) {
 	wantFsck(t, 0, "--verify", m.store)
 	wantFsck(t, 0, "--verify", "--repair", m.store)
 }
+
+// BenchmarkFsckVerify compares kvfs fsck --verify with reading the packs
+// with cat, each from a cold page cache (as root; warm otherwise), on a
+// store of KVFS_BENCH_FSCK_MIB MiB (default 1024) of unique data. The
+// target (issue 10) is a ratio (cat's time over fsck's) of at least 0.8.
+//
+//	go test ./tests -run '^$' -bench BenchmarkFsckVerify -benchtime 3x
+func BenchmarkFsckVerify(b *testing.B) {
+	mib := 1024
+	if v := os.Getenv("KVFS_BENCH_FSCK_MIB"); v != "" {
+		fmt.Sscan(v, &mib)
+	}
+	dir := b.TempDir()
+	st := filepath.Join(dir, "store")
+	kvfs(b, "init", st)
+	sh(b, fmt.Sprintf("head -c %dM /dev/urandom > %s/src", mib, dir))
+	kvfs(b, "put", st, filepath.Join(dir, "src"), "/f")
+	os.Remove(filepath.Join(dir, "src"))
+	cold := func() {
+		if os.Geteuid() == 0 {
+			sh(b, "sync; echo 3 > /proc/sys/vm/drop_caches")
+		}
+	}
+	var catT, fsckT time.Duration
+	b.ResetTimer()
+	for range b.N {
+		cold()
+		start := time.Now()
+		sh(b, fmt.Sprintf("cat %s/packs/* > /dev/null", st))
+		catT += time.Since(start)
+		cold()
+		start = time.Now()
+		wantFsck(b, 0, "--verify", st)
+		fsckT += time.Since(start)
+	}
+	bytes := float64(mib<<20) * float64(b.N)
+	b.ReportMetric(bytes/catT.Seconds()/1e6, "cat-MB/s")
+	b.ReportMetric(bytes/fsckT.Seconds()/1e6, "fsck-MB/s")
+	b.ReportMetric(catT.Seconds()/fsckT.Seconds(), "ratio")
+}
