@@ -109,13 +109,7 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 		if err != nil {
 			return err
 		}
-		pins := map[string]uint32{}
-		err = tx.ForEachInode(func(n *manifest.Inode) error {
-			for _, h := range tx.Pins(n.Ino) {
-				pins[h]++
-			}
-			return nil
-		})
+		pins, err := countPins(tx)
 		if err != nil {
 			return err
 		}
@@ -284,4 +278,17 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 		}
 	}
 	return problems, nil
+}
+
+// countPins counts, for each blob, the format-5 manifests listing it: what
+// its record's pins must be.
+func countPins(tx *manifest.Tx) (map[string]uint32, error) {
+	pins := map[string]uint32{}
+	err := tx.ForEachInode(func(n *manifest.Inode) error {
+		for _, h := range tx.Pins(n.Ino) {
+			pins[h]++
+		}
+		return nil
+	})
+	return pins, err
 }

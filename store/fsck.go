@@ -254,13 +254,7 @@ func (s *Store) Repair(ctx context.Context, problems []Problem) (*RepairResult, 
 		if err != nil {
 			return err
 		}
-		pins := map[string]uint32{}
-		err = tx.ForEachInode(func(n *manifest.Inode) error {
-			for _, h := range tx.Pins(n.Ino) {
-				pins[h]++
-			}
-			return nil
-		})
+		pins, err := countPins(tx)
 		if err != nil {
 			return err
 		}
