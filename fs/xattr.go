@@ -107,6 +107,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		if fi.Kind == "mlxkv" {
 			names = append(names, snapshotNames...)
 		}
+		if _, err := n.fsys.s.Damage(n.ino.Load()); err == nil {
+			names = append(names, "user.kvfs.damaged")
+		}
 	}
 	var b []byte
 	for _, s := range names {

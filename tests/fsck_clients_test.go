@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,16 +40,29 @@ func init() {
 		fmt.Printf("sha256 %x\n", sha256.Sum256(buf))
 		return nil
 	}
-	// fsckxattr PATH: prints user.kvfs.damaged, or "ENODATA".
+	// fsckxattr PATH: prints user.kvfs.damaged, or "ENODATA"; fails
+	// unless listxattr lists it exactly when it is there.
 	clients["fsckxattr"] = func(args []string) error {
+		list := make([]byte, 64<<10)
+		k, err := unix.Listxattr(args[0], list)
+		if err != nil {
+			return fmt.Errorf("listxattr %s: %w", args[0], err)
+		}
+		listed := slices.Contains(strings.Split(string(list[:k]), "\x00"), "user.kvfs.damaged")
 		buf := make([]byte, 4096)
 		n, err := unix.Getxattr(args[0], "user.kvfs.damaged", buf)
 		if errors.Is(err, unix.ENODATA) {
+			if listed {
+				return fmt.Errorf("listxattr %s lists user.kvfs.damaged, getxattr: %w", args[0], err)
+			}
 			fmt.Println("ENODATA")
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("getxattr %s: %w", args[0], err)
+		}
+		if !listed {
+			return fmt.Errorf("listxattr %s does not list user.kvfs.damaged", args[0])
 		}
 		fmt.Println(string(buf[:n]))
 		return nil
