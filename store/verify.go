@@ -115,7 +115,10 @@ func (s *Store) readPackWindows(ctx context.Context, chunks []chunkInfo, free ch
 		for j < len(chunks) && chunks[j].c.Loc.End() <= end {
 			j++
 		}
-		end = chunks[j-1].c.Loc.End()
+		end = start
+		for _, ci := range chunks[i:j] {
+			end = max(end, ci.c.Loc.End()) // overlapping chunks (reported) may end before the last
+		}
 		buf := <-free
 		if int64(cap(buf)) < end-start {
 			buf = make([]byte, max(end-start, verifyWindow))
