@@ -250,7 +250,7 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 		}
 		pf, err := s.packs.Acquire(loc.Pack)
 		if err != nil {
-			add(Problem{Kind: ProblemLost, Chunk: ci.id, Loc: loc, Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d): %v", ci.id, loc.Pack, loc.Off, loc.Len, err)})
+			bad("chunk %s at pack %d [%d,+%d): %v", ci.id, loc.Pack, loc.Off, loc.Len, err) // the file is there: not a loss to repair
 			continue
 		}
 		// A hole in a live chunk is not wrong in itself: a sparse spool

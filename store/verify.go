@@ -74,7 +74,7 @@ func (s *Store) verifyChunks(ctx context.Context, chunks []chunkInfo, progress f
 			}
 		}()
 	}
-	err := s.readWindows(ctx, chunks, free, work)
+	err := s.readWindows(ctx, chunks, free, work, report)
 	close(work)
 	wg.Wait()
 	return err
@@ -82,14 +82,14 @@ func (s *Store) verifyChunks(ctx context.Context, chunks []chunkInfo, progress f
 
 // readWindows reads the windows covering chunks, pack by pack, and hands
 // them to work; buffers come from free.
-func (s *Store) readWindows(ctx context.Context, chunks []chunkInfo, free chan []byte, work chan<- window) error {
+func (s *Store) readWindows(ctx context.Context, chunks []chunkInfo, free chan []byte, work chan<- window, report func(Problem)) error {
 	for i := 0; i < len(chunks); {
 		pack := chunks[i].c.Loc.Pack
 		j := i
 		for j < len(chunks) && chunks[j].c.Loc.Pack == pack {
 			j++
 		}
-		if err := s.readPackWindows(ctx, chunks[i:j], free, work); err != nil {
+		if err := s.readPackWindows(ctx, chunks[i:j], free, work, report); err != nil {
 			return err
 		}
 		i = j
@@ -97,11 +97,12 @@ func (s *Store) readWindows(ctx context.Context, chunks []chunkInfo, free chan [
 	return nil
 }
 
-func (s *Store) readPackWindows(ctx context.Context, chunks []chunkInfo, free chan []byte, work chan<- window) error {
-	path := s.packs.Path(chunks[0].c.Loc.Pack)
+func (s *Store) readPackWindows(ctx context.Context, chunks []chunkInfo, free chan []byte, work chan<- window, report func(Problem)) error {
 	pf, err := s.packs.Acquire(chunks[0].c.Loc.Pack) // advised sequential
 	if err != nil {
-		return fmt.Errorf("verify %s: %w", path, err)
+		// Not a loss to repair (the file is there: Problems saw it), but
+		// no verification either.
+		return fmt.Errorf("verify: %w", err)
 	}
 	defer pf.Release()
 	f := pf.File()
@@ -125,8 +126,17 @@ func (s *Store) readPackWindows(ctx context.Context, chunks []chunkInfo, free ch
 		}
 		n, err := f.ReadAt(buf[:end-start], start)
 		if err != nil && err != io.EOF {
+			// A bad sector: read the window's chunks one by one, so that
+			// only those it holds are lost.
+			for _, ci := range chunks[i:j] {
+				loc := ci.c.Loc
+				if err := s.packs.ReadChunk(buf[:loc.Len], ci.id, loc, true); err != nil {
+					report(Problem{Kind: ProblemLost, Chunk: ci.id, Loc: loc, Msg: err.Error()})
+				}
+			}
 			free <- buf
-			return fmt.Errorf("verify %s at %d: %w", path, start, err)
+			i = j
+			continue
 		}
 		work <- window{buf: buf[:n], off: start, chunks: chunks[i:j]}
 		i = j
