@@ -93,7 +93,7 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 	b, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open index %s: store is in use by another process", path)
+			return nil, fmt.Errorf("open index %s: %w", path, ErrInUse)
 		}
 		return nil, fmt.Errorf("open index %s: %w", path, err)
 	}
