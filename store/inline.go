@@ -70,6 +70,9 @@ type inlineState struct {
 	dirty map[uint32]bool // packs written through data records, unsynced
 	names bool            // a pack got its name (a rename) since
 	bytes atomic.Int64    // inlined since the last checkpoint
+	// checkpointAt is how many inlined bytes start a checkpoint
+	// (inlineCheckpoint, or less with small journal segments).
+	checkpointAt int64
 	ckpt  atomic.Bool     // a checkpoint it asked for is running
 	// tainted are the packs a data record may have written past their
 	// committed length, until a checkpoint covers the record (see
@@ -124,7 +127,7 @@ func (s *Store) appendData(pack uint32, rec []byte) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("journal the bytes of pack %d: %w", pack, err)
 	}
-	if s.inline.bytes.Add(int64(len(rec))) > inlineCheckpoint && s.inline.ckpt.CompareAndSwap(false, true) {
+	if s.inline.bytes.Add(int64(len(rec))) > s.inline.checkpointAt && s.inline.ckpt.CompareAndSwap(false, true) {
 		go func() {
 			defer s.inline.ckpt.Store(false)
 			if err := s.checkpoint(); err != nil {

@@ -150,22 +150,29 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 	}
 	jdir := journalDir(s.dir)
 	s.inline.dirty = map[uint32]bool{}
+	seg := opts.JournalSegmentSize
+	if seg <= 0 {
+		seg = journalSegmentFor(s.dir)
+	}
+	// Checkpoints come every half segment's worth of records at most,
+	// so that the journal recycles its segments instead of making new
+	// ones: on a full disk there may be no room for one (the reserve
+	// holds one more, for removals).
+	s.inline.checkpointAt = min(inlineCheckpoint, seg/2)
 	s.jlog = &lazyLog{open: func() (*journal.Journal, error) {
 		if _, err := os.Stat(jdir); errors.Is(err, fs.ErrNotExist) {
 			created = true
 		}
-		seg := opts.JournalSegmentSize
-		if seg <= 0 {
-			seg = journalSegmentFor(s.dir)
-		}
 		s.inline.max = min(inlineMax, int64(journalMaxPayload(seg))/2)
-		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log})
+		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log,
+			NoSpace: func(err error) bool { return s.reserve.release("new journal segment", err) }})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
 		Log:              s.jlog,
 		BeforeCheckpoint: s.syncInline,
 		ReplayData:       s.replayData,
 		MaxEntries:       opts.CheckpointEntries,
+		MaxBytes:         seg / 2,
 		Interval:         opts.CheckpointInterval,
 		Logger:           s.log,
 	}))
