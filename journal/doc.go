@@ -81,10 +81,21 @@
 //     which no Sync acknowledged (pages reach the disk in any order): that
 //     tail is dropped with a log line.
 //
-// The one damage indistinguishable from a torn write is to the records
-// of the very last Sync, with no later record written after it returned:
-// they are dropped as a torn tail (with a warning naming the offset),
-// exactly as if the crash had come before that Sync.
+//   - A segment's header is synced with its first records. A segment
+//     whose header is zeros or does not verify, but whose records (from
+//     the header's end) continue the journal's sequence and include one
+//     appended after the first of them was durable, had a header and lost
+//     it to damage: Open fails with a CorruptError naming the segment,
+//     instead of taking it for a free one. Without such a record, the
+//     header's write was torn with its records, which no Sync covered.
+//
+// What recovery cannot tell from a torn write: damage to the records of
+// the very last Sync (or to the header of a segment holding only them),
+// with no later record written after it returned: they are dropped as a
+// torn tail (with a warning naming the offset), exactly as if the crash
+// had come before that Sync; and a segment file removed from the
+// directory: nothing left on disk says that it existed. Telling these
+// apart would cost a second synced write per Sync.
 //
 // Why recycled bytes are never taken for records. A recycled segment
 // still holds its earlier records past the new ones. Its header is

@@ -12,7 +12,7 @@ import (
 // recover rebuilds the writer state from the segments on disk. Called by
 // Open before the journal is shared.
 func (j *Journal) recover(segs []*segment) error {
-	var live []*segment
+	var live, headless []*segment
 	bad := 0
 	hdr := make([]byte, segHeaderSize)
 	for _, s := range segs {
@@ -28,6 +28,7 @@ func (j *Journal) recover(segs []*segment) error {
 			live = append(live, s)
 		case headerFree:
 			j.free = append(j.free, s)
+			headless = append(headless, s)
 		default:
 			// Either a header whose write was torn (its records were
 			// never synced: the header is synced with them) or damage.
@@ -36,9 +37,14 @@ func (j *Journal) recover(segs []*segment) error {
 			bad++
 			j.log.Warn("journal: segment header is not valid; reusing the segment", "path", s.path)
 			j.free = append(j.free, s)
+			headless = append(headless, s)
 		}
 	}
+	r := &segReader{}
 	if len(live) == 0 {
+		if err := j.checkHeadless(headless, 0); err != nil {
+			return err
+		}
 		if bad > 0 {
 			return fmt.Errorf("journal: open %s: no segment has a valid header, but %d are damaged: %w", j.dir, bad, ErrCorrupt)
 		}
@@ -51,7 +57,6 @@ func (j *Journal) recover(segs []*segment) error {
 				"%s begins at the same seq", filepath.Base(live[i-1].path))}
 		}
 	}
-	r := &segReader{}
 	for i, s := range live[:len(live)-1] {
 		end, next, err := j.scan(r, s)
 		if err != nil {
@@ -69,6 +74,9 @@ func (j *Journal) recover(segs []*segment) error {
 		return err
 	}
 	head.end = end
+	if err := j.checkHeadless(headless, next); err != nil {
+		return err
+	}
 	seal, err := j.classifyTail(r, head, end, next)
 	if err != nil {
 		return err
@@ -182,4 +190,49 @@ func (j *Journal) classifyTail(r *segReader, s *segment, off int64, seq uint64) 
 	}
 	j.log.Warn("journal: dropped a torn tail", "path", s.path, "offset", off, "seq", seq)
 	return false, nil
+}
+
+// checkHeadless looks into the segments without a valid header (free ones,
+// whose header is zeros, and damaged ones) for the journal's continuation:
+// records from the header's place on that carry sequence numbers from
+// next on (any, if no segment is live), one of which was appended after
+// the first of them was durable. A segment's header is synced with its
+// first records, so such a segment had a header, and has lost it: its
+// records were synced, and dropping them would lose committed changes
+// without a word. A torn header (a crash before the segment's first sync)
+// leaves no such proof, nor does a recycled segment, whose records come
+// before every live one.
+func (j *Journal) checkHeadless(segs []*segment, next uint64) error {
+	r := &segReader{}
+	for _, s := range segs {
+		r.s, r.buf, r.off = s, r.buf[:0], 0
+		off := int64(segHeaderSize)
+		b, ok, err := r.at(off, recHeaderSize)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		first, ok := parseRecHeader(b)
+		if !ok || (next > 0 && first.seq != next) {
+			continue
+		}
+		for seq := first.seq; ; seq++ {
+			h, _, ok, err := r.record(off, first.epoch, j.opts.MaxPayload)
+			if err != nil {
+				return err
+			}
+			if !ok || h.seq != seq {
+				break
+			}
+			if h.synced >= first.seq {
+				return &CorruptError{Path: s.path, Offset: 0, Seq: first.seq, Reason: fmt.Sprintf(
+					"the segment's header is missing or damaged, but its records continue the journal from seq %d, and the record at offset %d was appended after seq %d was durable",
+					first.seq, off, h.synced)}
+			}
+			off += recOverhead + int64(h.length)
+		}
+	}
+	return nil
 }
