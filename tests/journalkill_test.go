@@ -136,7 +136,7 @@ func TestKillDaemonConcurrentFsync(t *testing.T) {
 			}
 			time.Sleep(time.Duration(r.IntN(40)) * time.Millisecond)
 			d.Process.Signal(syscall.SIGKILL)
-			d.Wait()
+			waitKilled(t, d, m.mnt)
 			exec.Command(kvfsBin, "unmount", "--lazy", m.mnt).Run()
 		}
 		s := m.openStore(t)
