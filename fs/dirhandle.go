@@ -45,8 +45,9 @@ import (
 // A batch is one READDIRPLUS request: go-fuse passes one context to every
 // call it makes for a request (rawBridge.readDirMaybeLookup), and the
 // handle keeps the last one, so that a new one cannot be allocated at its
-// address. Should go-fuse pass a context per call, each entry is read
-// again on its own, as the node's Lookup does: slower, still correct.
+// address. Should go-fuse pass a context per call (or another kind than
+// *fuse.Context), each entry is read again on its own once the store has
+// changed, as the node's Lookup does: slower, still correct.
 // go-fuse calls a handle's methods one at a time (under its handle lock).
 type dirHandle struct {
 	d *dirNode
@@ -65,7 +66,7 @@ type dirHandle struct {
 	mark uint64
 	// batch is the context of the request that fresh serves; fresh is
 	// the range of info read during it (or since mark).
-	batch    context.Context
+	batch    *fuse.Context
 	fresh    [2]int
 	listed   int // entries listed in this batch
 	lastSize int // entries listed in the previous batch
@@ -101,7 +102,8 @@ func (h *dirHandle) load(ctx context.Context) syscall.Errno {
 	h.info, h.mark, h.loaded = infos, mark, true
 	// The listing is this request's batch.
 	h.d.fsys.Metrics.ListingBatches.Inc()
-	h.batch, h.fresh, h.lastSize, h.listed = ctx, [2]int{0, len(infos)}, 0, 0
+	h.batch, _ = ctx.(*fuse.Context)
+	h.fresh, h.lastSize, h.listed = [2]int{0, len(infos)}, 0, 0
 	return 0
 }
 
@@ -175,8 +177,8 @@ func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // attr returns the attributes of info[i] as of this request, reading them
 // again with the batch they start if they may be older (nil: gone).
 func (h *dirHandle) attr(ctx context.Context, i int) (*store.FileInfo, syscall.Errno) {
-	if ctx != h.batch {
-		h.batch, h.lastSize, h.listed = ctx, h.listed, 0
+	if c, ok := ctx.(*fuse.Context); !ok || c != h.batch {
+		h.batch, h.lastSize, h.listed = c, h.listed, 0
 		h.d.fsys.Metrics.ListingBatches.Inc()
 		h.fresh = [2]int{}
 		if h.mark != 0 && h.d.fsys.s.Changes() == h.mark {
