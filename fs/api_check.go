@@ -8,7 +8,6 @@ var (
 	_ gofs.NodeGetattrer     = (*dirNode)(nil)
 	_ gofs.NodeSetattrer     = (*dirNode)(nil)
 	_ gofs.NodeLookuper      = (*dirNode)(nil)
-	_ gofs.NodeReaddirer     = (*dirNode)(nil)
 	_ gofs.NodeMkdirer       = (*dirNode)(nil)
 	_ gofs.NodeRmdirer       = (*dirNode)(nil)
 	_ gofs.NodeUnlinker      = (*dirNode)(nil)

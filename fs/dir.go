@@ -9,6 +9,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/store"
 )
 
 // dirNode is a directory.
@@ -71,6 +72,32 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		}
 		return nil, d.fsys.errno("lookup", err)
 	}
+	return d.entry(ctx, name, fi, locked, out), 0
+}
+
+// lookupFrom answers a lookup of name from fi, its attributes as read
+// earlier in the same request (a READDIRPLUS batch, dirHandle), as Lookup
+// would answer it now: a file that this mount writes is described under
+// its lock, and one committed since fi was read (its node's store inode
+// is not fi's) is looked up again.
+func (d *dirNode) lookupFrom(ctx context.Context, name string, fi *store.FileInfo, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	locked := d.fileChild(name)
+	if locked != nil {
+		locked.mu.Lock()
+		if locked.storeIno() != fi.Ino {
+			locked.mu.Unlock()
+			return d.Lookup(ctx, name, out)
+		}
+		defer locked.mu.Unlock()
+	}
+	return d.entry(ctx, name, fi, locked, out), 0
+}
+
+// entry makes the reply to a lookup of name, which the store describes as
+// fi: the node, and the attributes of a file being written as its writes
+// left them. locked is the file node the kernel knows under name, if any,
+// which the caller holds locked.
+func (d *dirNode) entry(ctx context.Context, name string, fi *store.FileInfo, locked *fileNode, out *fuse.EntryOut) *gofs.Inode {
 	ch := d.child(ctx, name, fi, out)
 	if f, ok := ch.Operations().(*fileNode); ok {
 		switch {
@@ -88,7 +115,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			f.mu.Unlock()
 		}
 	}
-	return ch, 0
+	return ch
 }
 
 // uncachedMiss makes the reply to a lookup that fails one that the kernel
@@ -107,18 +134,6 @@ func (d *dirNode) fileChild(name string) *fileNode {
 		}
 	}
 	return nil
-}
-
-func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	ents, err := d.fsys.s.ReadDir(d.ino.Load())
-	if err != nil {
-		return nil, d.fsys.errno("readdir", err)
-	}
-	list := dotEntries(&d.Inode, len(ents))
-	for _, e := range ents {
-		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.ID, Mode: unixMode(e.Mode)})
-	}
-	return gofs.NewListDirStream(list), 0
 }
 
 // dotEntries starts a listing of directory n with "." and "..", as every

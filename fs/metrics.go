@@ -33,6 +33,11 @@ type Metrics struct {
 	ViewHits      prometheus.Counter // /.kvfs/whole views found resolved
 	ViewMisses    prometheus.Counter
 	ViewParses    prometheus.Counter // snapshot headers parsed for /.kvfs/whole
+	// ListingBatches counts the READDIR(PLUS) requests that listed
+	// entries, ListingReads the store transactions that listings made
+	// for them (dirHandle).
+	ListingBatches prometheus.Counter
+	ListingReads   prometheus.Counter
 
 	errors *prometheus.CounterVec // by errno name
 	// errnos are errors' counters for the errnos kvfs answers, made up
@@ -92,6 +97,10 @@ func NewMetrics() *Metrics {
 		ViewHits:   c("kvfs_view_cache_hits_total", "/.kvfs/whole lookups and opens served from resolved snapshots."),
 		ViewMisses: c("kvfs_view_cache_misses_total", "/.kvfs/whole lookups and opens that resolved a snapshot."),
 		ViewParses: c("kvfs_view_parses_total", "Snapshot headers parsed to resolve /.kvfs/whole views."),
+		ListingBatches: c("kvfs_readdir_batches_total",
+			"Batches of entries that directory listings returned (READDIR and READDIRPLUS requests)."),
+		ListingReads: c("kvfs_readdir_store_reads_total",
+			"Store transactions of directory listings: one per listing, and one per batch of entries after the store changed."),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvfs_errors_total",
 			Help: "FUSE requests that failed, by errno."}, []string{"errno"}),
 		errnos: map[syscall.Errno]prometheus.Counter{},
@@ -111,7 +120,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReadRequests, m.ReadBytes, m.SplicedReads, m.WriteBytes, m.Commits,
 		m.CommitBytes, m.CommitSeconds, m.NewBytes, m.DedupBytes, m.ZeroBytes, m.AdoptedSpools, m.HashedBytes,
-		m.ViewHits, m.ViewMisses, m.ViewParses, m.errors, m.commitLatency, m.readLatency, m.lookupLatency}
+		m.ViewHits, m.ViewMisses, m.ViewParses, m.ListingBatches, m.ListingReads, m.errors, m.commitLatency, m.readLatency, m.lookupLatency}
 }
 
 // Describe implements prometheus.Collector.
