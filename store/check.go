@@ -37,6 +37,7 @@ type CheckOptions struct {
 //
 // It reads a consistent snapshot of the index in one transaction.
 func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
+	s.WaitReclaim() // every queued punch done: the packs as they stay
 	var problems []string
 	bad := func(format string, args ...any) {
 		if len(problems) < 100 {
