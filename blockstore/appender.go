@@ -115,6 +115,15 @@ func (a *Appender) CopyFrom(src *os.File, srcOff, off, n int64) error {
 	return nil
 }
 
+// ReadAt reads back bytes written at pack offset off (from the page
+// cache, before Sync), for a caller that journals them instead.
+func (a *Appender) ReadAt(b []byte, off int64) error {
+	if _, err := a.f.ReadAt(b, off); err != nil {
+		return a.wrap("read back", err)
+	}
+	return nil
+}
+
 // Append reserves room for b and writes it: one chunk, one write.
 func (a *Appender) Append(b []byte) (Loc, error) {
 	loc := a.Reserve(int64(len(b)))

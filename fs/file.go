@@ -124,6 +124,27 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var fi *store.FileInfo
+	if f.fsys.killpriv && killsPrivs(in) {
+		killed, e := f.killPrivs()
+		if e != 0 {
+			return e
+		}
+		// A kill alone (a write's) is done; so is the kernel's setattr
+		// without attributes (but the ctime), once the kill has stamped
+		// the ctime.
+		attrs := in.Valid &^ (fuse.FATTR_FH | fuse.FATTR_LOCKOWNER)
+		if attrs == fuse.FATTR_KILL_SUIDGID || attrs&^fuse.FATTR_CTIME == 0 && killed != nil {
+			if fi = killed; fi == nil {
+				var err error
+				if fi, err = f.fsys.s.StatIno(f.ino.Load()); err != nil {
+					return f.stale("getattr", err)
+				}
+			}
+			fillAttr(fi, &out.Attr)
+			f.writtenAttr(&out.Attr)
+			return 0
+		}
+	}
 	if timesDone || f.spoolTimes(in) {
 		var err error
 		if fi, err = f.fsys.s.StatIno(f.ino.Load()); err != nil {
@@ -139,6 +160,59 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	fillAttr(fi, &out.Attr)
 	f.writtenAttr(&out.Attr)
 	return 0
+}
+
+// killsPrivs says a setattr must clear the file's set-ID bits, when the
+// daemon handles that (FUSE_HANDLE_KILLPRIV_V2): one with
+// FATTR_KILL_SUIDGID (a truncate by a caller without CAP_FSETID, a chown,
+// or a write's; see rawReplies.Write), or one without any attribute but
+// the ctime (which the kernel passes on only when it caches writes): what
+// the kernel sends for chown(f, -1, -1) and for its own
+// file_remove_privs (a write, fallocate or truncate by such a caller, of a
+// file that it knows has a set-ID bit) once it has taken out the kill
+// flags it leaves to the daemon. ext4 clears the bits at all of these. (A
+// utimensat that omits both times looks the same, and clears them too,
+// where ext4 keeps them: the safe side of a case FUSE cannot tell apart.)
+func killsPrivs(in *fuse.SetAttrIn) bool {
+	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 || in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER|fuse.FATTR_CTIME) == 0
+}
+
+// killedMode is m as a write, truncate or chown leaves it (the kernel's
+// rule, setattr_should_drop_suidgid): without set-user-ID, and without
+// set-group-ID if the group may execute the file. A set-group-ID bit
+// without group execute marks the file for mandatory locking, not a
+// privilege, and stays.
+func killedMode(m iofs.FileMode) iofs.FileMode {
+	m &^= iofs.ModeSetuid
+	if m&0o010 != 0 {
+		m &^= iofs.ModeSetgid
+	}
+	return m
+}
+
+// killPrivs clears the file's set-ID bits as killedMode says, and returns
+// the changed attributes, or nil if there was nothing to clear: every
+// write by a caller without CAP_FSETID asks for it, so it costs a read of
+// the inode, and a (journaled, unsynced) transaction only for the rare file
+// with a set-ID bit. A commit pending keeps the kill's ctime, as keepTimes
+// does a setattr's. Called with f.mu held.
+func (f *fileNode) killPrivs() (*store.FileInfo, syscall.Errno) {
+	fi, err := f.fsys.s.StatIno(f.ino.Load())
+	if err != nil {
+		return nil, f.stale("getattr", err)
+	}
+	m := fi.Mode &^ iofs.ModeType
+	k := killedMode(m)
+	if k == m {
+		return nil, 0
+	}
+	if fi, err = f.fsys.s.SetAttr(f.ino.Load(), store.AttrChange{Mode: &k}); err != nil {
+		return nil, f.stale("clear set-ID bits", err)
+	}
+	if f.sp != nil && f.sp.dirty && fi.Ctime.After(f.sp.ctime) {
+		f.sp.ctime = fi.Ctime
+	}
+	return fi, 0
 }
 
 // onlyTimes says a setattr changes nothing but the size, mtime and ctime:

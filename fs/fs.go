@@ -34,6 +34,11 @@ type Options struct {
 	// and fsync, serves reads of them itself, and keeps the file's size
 	// and times (see docs/READPATH.md).
 	WritebackCache bool
+	// NoKillpriv leaves clearing set-ID bits at writes, truncates and
+	// chowns to the kernel, as before FUSE_HANDLE_KILLPRIV_V2: it then
+	// asks for security.capability before every write(2) (for measuring
+	// what handling it in the daemon saves; see killPrivs).
+	NoKillpriv bool
 }
 
 // FS is a mounted store.
@@ -52,6 +57,9 @@ type FS struct {
 	fds *fdlimit.Reporter
 	// noWriteHash: see Options.NoWriteHash.
 	noWriteHash bool
+	// killpriv says the kernel leaves clearing set-ID bits to the daemon
+	// (FUSE_HANDLE_KILLPRIV_V2 negotiated; see killPrivs).
+	killpriv bool
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the
@@ -100,6 +108,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
 		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics(), noWriteHash: opts.NoWriteHash}
 	fsys.splice = canSplice
+	fsys.killpriv = killprivCap != 0 && !opts.NoKillpriv
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
 	// go-fuse's own messages are diagnostics (warnings, panics in
@@ -135,10 +144,18 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 			Options:           []string{"default_permissions"},
 		},
 	}
+	if fsys.killpriv {
+		// Without it the kernel asks for security.capability before
+		// every write(2) (file_remove_privs: FUSE clears SB_NOSEC), a
+		// round trip per write call. With it the kernel asks once, then
+		// trusts the inode until its attributes are next refreshed, and
+		// the daemon clears set-ID bits (killPrivs).
+		fo.MountOptions.ExtraCapabilities |= killprivCap
+	}
 	if opts.WritebackCache {
 		fo.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
-	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout}, mnt, &fo.MountOptions)
+	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout, killpriv: fsys.killpriv}, mnt, &fo.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}

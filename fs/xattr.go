@@ -26,6 +26,13 @@ func (n *node) virtualXattr(name string) ([]byte, error) {
 		return []byte(fi.Kind), nil
 	case "user.kvfs.manifest":
 		return []byte(fi.ManifestID), nil
+	case "user.kvfs.damaged":
+		// Byte ranges kvfs fsck --repair marked lost: "START-END,...".
+		rs, err := n.fsys.s.Damage(ino)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(store.FormatRanges(rs)), nil
 	case "user.kvfs.logical_bytes":
 		return []byte(fmt.Sprint(fi.Size)), nil
 	case "user.kvfs.stored_bytes", "user.kvfs.shared_bytes":
@@ -99,6 +106,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		names = append(names, virtualNames...)
 		if fi.Kind == "mlxkv" {
 			names = append(names, snapshotNames...)
+		}
+		if _, err := n.fsys.s.Damage(n.ino.Load()); err == nil {
+			names = append(names, "user.kvfs.damaged")
 		}
 	}
 	var b []byte

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Options configure a Journal. The zero value gives the defaults.
@@ -42,6 +43,13 @@ type Options struct {
 	// always fsynced). Default:
 	// fdatasync(2). Tests inject failures and delays through it.
 	SyncFile func(*os.File) error
+	// NoSpace, if set, is called when a new segment cannot be made for
+	// lack of space (ENOSPC), before the journal gives up: it may free
+	// space (kvfs's store gives up its disk space reserve) and report
+	// whether it did, and the segment is tried once more. The journal
+	// needs a segment to record the removals that would make room: a
+	// full disk must not leave it unable to take them.
+	NoSpace func(err error) bool
 }
 
 const (
@@ -454,18 +462,34 @@ func (j *Journal) takeSegment() (*segment, error) {
 	case j.spare != nil:
 		res := <-j.spare
 		j.spare = nil
-		if res.err != nil {
-			return nil, res.err
+		if res.err == nil {
+			s = res.s
+			break
 		}
-		s = res.s
+		// Made in the background, maybe on a disk that has had room
+		// made since: try again now.
+		fallthrough
 	default:
 		var err error
-		if s, err = createSegment(j.dir, j.nextNum, j.opts.SegmentSize, j.opts.SyncFile); err != nil {
+		if s, err = j.createNow(); err != nil {
 			return nil, err
 		}
-		j.nextNum++
 	}
 	j.prepareSpare()
+	return s, nil
+}
+
+// createNow makes a new segment, asking NoSpace for room once if the disk
+// is full. Writer role held.
+func (j *Journal) createNow() (*segment, error) {
+	s, err := createSegment(j.dir, j.nextNum, j.opts.SegmentSize, j.opts.SyncFile)
+	if errors.Is(err, syscall.ENOSPC) && j.opts.NoSpace != nil && j.opts.NoSpace(err) {
+		s, err = createSegment(j.dir, j.nextNum, j.opts.SegmentSize, j.opts.SyncFile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	j.nextNum++
 	return s, nil
 }
 

@@ -92,9 +92,12 @@ func (r *segReader) later(off int64, epoch, seq uint64, maxPayload int) (n int, 
 		}
 		if ok && h.seq >= seq {
 			n++
-			maxSynced = max(maxSynced, h.synced)
+			if first < 0 && h.synced >= seq {
+				// The first record that proves seq was durable.
+				first, maxSynced = q, h.synced
+			}
 			if first < 0 {
-				first = q
+				maxSynced = max(maxSynced, h.synced)
 			}
 		}
 		p = q + 1

@@ -160,11 +160,13 @@ func (j *Journal) classifyTail(r *segReader, s *segment, off int64, seq uint64) 
 		return false, err
 	}
 	if n > 0 {
-		if maxSynced >= seq {
+		if first >= 0 {
 			return false, &CorruptError{Path: s.path, Offset: off, Seq: seq, Reason: fmt.Sprintf(
 				"the record here is damaged, but the record at offset %d was appended after seq %d was durable", first, maxSynced)}
 		}
-		j.log.Warn("journal: dropped a torn tail: a damaged record followed by records no sync covered",
+		// A sync may have covered them all the same (no later record
+		// says so): the damage cannot be told from a torn write.
+		j.log.Warn("journal: dropped a torn tail: a damaged record followed by records that no later record shows synced",
 			"path", s.path, "offset", off, "seq", seq, "later_records", n)
 		return true, nil
 	}

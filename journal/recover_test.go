@@ -106,7 +106,7 @@ func TestFlippedLastRecords(t *testing.T) {
 	var lb logBuf
 	j := mustOpen(t, dir, testOptions(&lb))
 	checkRecords(t, replayAll(t, j, 0), 1, 0, n-3)
-	if !strings.Contains(lb.String(), "records no sync covered") {
+	if !strings.Contains(lb.String(), "records that no later record shows synced") {
 		t.Fatalf("no log line: %s", lb.String())
 	}
 	// The next record goes to a new segment: the leftovers (valid records
@@ -327,7 +327,7 @@ func TestSealEmptySegment(t *testing.T) {
 	craftSegment(t, dir, 3, testSegSize, segHeader{epoch: b, firstSeq: 4}, torn, frame(5, 3, b, "five, never synced"))
 	var lb logBuf
 	j := mustOpen(t, dir, testOptions(&lb))
-	if !strings.Contains(lb.String(), "records no sync covered") {
+	if !strings.Contains(lb.String(), "records that no later record shows synced") {
 		t.Fatalf("log: %s", lb.String())
 	}
 	appendN(t, j, 0, 1, true)

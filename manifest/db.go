@@ -42,8 +42,15 @@ var (
 	keyNextPack  = []byte("nextPack")
 )
 
-// SchemaVersion is the version of this bucket layout.
-const SchemaVersion = 1
+// SchemaVersion is the version of this bucket layout that an index gets
+// once it is written through the journal (SetJournaled): versions of kvfs
+// before the journal read only schemaPlain, and so refuse such an index
+// rather than open it without the records after its last checkpoint.
+const SchemaVersion = 2
+
+// schemaPlain is the bucket layout without the journal: new indexes start
+// at it, and it is what kvfs before the journal wrote.
+const schemaPlain = 1
 
 // Params are the store's parameters, fixed at creation.
 type Params struct {
@@ -86,7 +93,7 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 	b, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open index %s: store is in use by another process", path)
+			return nil, fmt.Errorf("open index %s: %w", path, ErrInUse)
 		}
 		return nil, fmt.Errorf("open index %s: %w", path, err)
 	}
@@ -119,7 +126,7 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 			if params.ChunkSize <= 0 {
 				return fmt.Errorf("chunk size %d", params.ChunkSize)
 			}
-			putU64(meta, keyVersion, SchemaVersion)
+			putU64(meta, keyVersion, schemaPlain)
 			putU64(meta, keyChunkSize, uint64(params.ChunkSize))
 			putU64(meta, keyNextIno, RootIno+1)
 			putU64(meta, keyNextPack, 1)
@@ -127,8 +134,8 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 			root := &Inode{Ino: RootIno, Mode: fs.ModeDir | 0o755, Mtime: now, Ctime: now}
 			return (&Tx{tx: tx}).PutInode(root)
 		}
-		if v := getU64(meta, keyVersion); v != SchemaVersion {
-			return fmt.Errorf("%w: schema version %d, this kvfs reads %d", ErrParams, v, SchemaVersion)
+		if v := getU64(meta, keyVersion); v != schemaPlain && v != SchemaVersion {
+			return fmt.Errorf("%w: schema version %d, this kvfs reads %d and %d", ErrParams, v, schemaPlain, SchemaVersion)
 		}
 		return nil
 	})
@@ -164,10 +171,19 @@ func (db *DB) Path() string { return db.path }
 
 // Close closes the index; in journal mode, it first checkpoints the
 // overlay, so that a clean close leaves nothing to replay.
-func (db *DB) Close() error {
+func (db *DB) Close() error { return db.CloseWith(nil) }
+
+// CloseWith is Close, calling last (if set) with the checkpoint's error
+// once the index is closed to transactions but before bbolt lets go of its
+// file lock: what last does to the store is done before another process
+// can open it.
+func (db *DB) CloseWith(last func(err error) error) error {
 	var err error
 	if db.j != nil {
 		err = db.closeJournal()
+	}
+	if last != nil {
+		err = last(err)
 	}
 	if cerr := db.closeBolt(); err == nil {
 		err = cerr

@@ -19,4 +19,7 @@ var (
 	// ErrBadInode: an inode record cannot be decoded (a damaged index), or
 	// an inode cannot be encoded (a field out of bounds).
 	ErrBadInode = errors.New("bad inode record")
+	// ErrInUse: another process (a mount, most often) holds the store's
+	// lock.
+	ErrInUse = errors.New("store is in use by another process")
 )

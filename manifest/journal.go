@@ -40,7 +40,8 @@ type JournalOptions struct {
 	// close it.
 	Log Log
 	// A checkpoint starts in the background when the overlay holds more
-	// than MaxEntries entries or MaxBytes bytes (about), or Interval after
+	// than MaxEntries entries or MaxBytes bytes (about), when more than
+	// MaxBytes of records were appended since the last, or Interval after
 	// the last one; zero values take the defaults (64 Ki entries, 64 MiB,
 	// 30 s); a negative one turns that trigger off.
 	MaxEntries int
@@ -111,6 +112,11 @@ type journal struct {
 	finished uint64
 
 	kick chan struct{} // wakes the checkpointer (buffered, 1)
+	// logged counts the record bytes appended since the last checkpoint
+	// began: the overlay stays small while the same few keys change over
+	// and over (renames back and forth), but the journal grows, and only
+	// checkpoints let it recycle its segments.
+	logged atomic.Int64
 	stop chan struct{}
 	done chan struct{}
 }
@@ -202,7 +208,8 @@ func (db *DB) openJournal(o JournalOptions) error {
 // full reports whether the overlay has outgrown its bound.
 func (j *journal) full() bool {
 	v := j.cur.Load()
-	return (j.opts.MaxEntries > 0 && v.entries > j.opts.MaxEntries) || (j.opts.MaxBytes > 0 && v.bytes > j.opts.MaxBytes)
+	return (j.opts.MaxEntries > 0 && v.entries > j.opts.MaxEntries) ||
+		(j.opts.MaxBytes > 0 && (v.bytes > j.opts.MaxBytes || j.logged.Load() > j.opts.MaxBytes))
 }
 
 // checkpointer runs background checkpoints until Close.
@@ -298,7 +305,9 @@ func (db *DB) UpdateSeq(fn func(*Tx) error) (uint64, error) {
 		return v.seq, nil
 	}
 	m := jt.w.mutations()
-	seq, err := j.opts.Log.Append(m.encode())
+	rec := m.encode()
+	j.logged.Add(int64(len(rec)))
+	seq, err := j.opts.Log.Append(rec)
 	if err != nil {
 		return 0, fmt.Errorf("index %s: journal append: %w", db.path, err)
 	}
@@ -383,6 +392,7 @@ func (db *DB) checkpointLocked(truncate bool) error {
 // synced transaction, then drops from the overlay the entries applied.
 func (db *DB) apply(v *version) error {
 	j := db.j
+	j.logged.Store(0)
 	if j.opts.BeforeCheckpoint != nil {
 		if err := j.opts.BeforeCheckpoint(v.seq); err != nil {
 			return fmt.Errorf("checkpoint %s up to %d: %w", db.path, v.seq, err)

@@ -15,10 +15,21 @@ var keyJournaled = []byte("journaled")
 // (SetJournaled).
 func (t *Tx) Journaled() bool { return len(t.b(bucketMeta).Get(keyJournaled)) > 0 }
 
+// Schema is the index's schema version (SchemaVersion once journaled).
+func (t *Tx) Schema() uint64 { return getU64(t.b(bucketMeta), keyVersion) }
+
 // SetJournaled marks the index as one that must be opened in journal
 // mode from now on.
+//
+// The schema version goes up with the mark (SchemaVersion): a kvfs from
+// before the journal knows nothing of the mark, but refuses a version it
+// does not read.
 func (t *Tx) SetJournaled() error {
-	if err := t.b(bucketMeta).Put(keyJournaled, []byte{1}); err != nil {
+	meta := t.b(bucketMeta)
+	if err := meta.Put(keyJournaled, []byte{1}); err != nil {
+		return fmt.Errorf("mark index journaled: %w", err)
+	}
+	if err := putU64(meta, keyVersion, SchemaVersion); err != nil {
 		return fmt.Errorf("mark index journaled: %w", err)
 	}
 	return nil
@@ -32,6 +43,16 @@ func (db *DB) LastSeq() uint64 {
 		return 0
 	}
 	return db.j.cur.Load().seq
+}
+
+// Checkpointed is the sequence number of the last journal record that a
+// checkpoint wrote to bbolt (0 in plain mode): an open replays only the
+// records after it.
+func (db *DB) Checkpointed() uint64 {
+	if db.j == nil {
+		return 0
+	}
+	return db.j.ckptSeq.Load()
 }
 
 // Journaled reports whether the DB runs in journal mode.

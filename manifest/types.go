@@ -82,8 +82,13 @@ func (n *Inode) IsDir() bool { return n.Mode.IsDir() }
 // Zero is set.
 type Extent struct {
 	Zero bool
-	ID   blockstore.ID
-	Len  int64
+	// Damaged marks a run whose bytes were lost (fsck --repair replaced a
+	// chunk that is gone by it): it is also Zero, so that code that only
+	// knows chunks and zero runs never looks a chunk up for it, but reads
+	// of it fail (EIO) instead of returning zeros.
+	Damaged bool
+	ID      blockstore.ID
+	Len     int64
 }
 
 // Manifest is a file's content as ordered extents.
@@ -122,9 +127,9 @@ const manifestVersion = 1
 const maxFileSize = 1 << 62
 
 // MarshalBinary is the canonical encoding: a version byte, then per extent
-// a tag byte (0 chunk, 1 zeros), the length as a uvarint and, for chunks,
-// the 32-byte ID. Adjacent zero runs are merged first, so equal content
-// has one encoding.
+// a tag byte (0 chunk, 1 zeros, 2 damaged), the length as a uvarint and,
+// for chunks, the 32-byte ID. Adjacent zero runs (and adjacent damaged
+// runs) are merged first, so equal content has one encoding.
 func (m Manifest) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 1+len(m)*(1+binary.MaxVarintLen64+32))
 	b = append(b, manifestVersion)
@@ -134,11 +139,15 @@ func (m Manifest) MarshalBinary() ([]byte, error) {
 			return nil, fmt.Errorf("manifest extent %d has length %d", i, e.Len)
 		}
 		if e.Zero {
-			for i+1 < len(m) && m[i+1].Zero {
+			for i+1 < len(m) && m[i+1].Zero && m[i+1].Damaged == e.Damaged {
 				i++
 				e.Len += m[i].Len
 			}
-			b = append(b, 1)
+			tag := byte(1)
+			if e.Damaged {
+				tag = 2
+			}
+			b = append(b, tag)
 			b = binary.AppendUvarint(b, uint64(e.Len))
 			continue
 		}
@@ -169,6 +178,8 @@ func (m *Manifest) UnmarshalBinary(b []byte) error {
 		switch tag {
 		case 1:
 			e.Zero = true
+		case 2:
+			e.Zero, e.Damaged = true, true
 		case 0:
 			if len(b) < 32 {
 				return errors.New("manifest: truncated chunk id")

@@ -167,7 +167,7 @@ func (in *ingest) adoptSpool() error {
 		if err != nil {
 			return fmt.Errorf("journal adopted pack: %w", err)
 		}
-		if err := s.appendData(pack, rec); err != nil {
+		if _, err := s.appendData(pack, rec); err != nil {
 			return err
 		}
 		in.stats.Adopted = true

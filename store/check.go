@@ -12,20 +12,41 @@ import (
 
 // CheckOptions select the expensive checks.
 type CheckOptions struct {
-	// Verify reads every chunk and checks its sha256.
+	// Verify reads every chunk and checks its sha256 (verify.go: packs
+	// are read front to back in large reads, hashed in parallel).
 	Verify bool
+	// Progress, if set, is called as chunks are verified with the bytes
+	// done and the bytes to verify in all; from several goroutines.
+	Progress func(done, total int64)
 }
 
 // Check verifies the store's invariants and returns every violation found
-// (joined), or nil:
+// (joined, at most 100), or nil. Problems lists the same violations one by
+// one, for kvfs fsck.
+func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
+	problems, err := s.Problems(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, min(len(problems), 100))
+	for _, p := range problems[:min(len(problems), 100)] {
+		msgs = append(msgs, p.Msg)
+	}
+	return fmt.Errorf("check %s: %d problem(s):\n  %s", s.dir, len(problems), strings.Join(msgs, "\n  "))
+}
+
+// Problems checks the store's invariants and returns every violation:
 //
 //   - each chunk's refcount equals the number of committed manifests
 //     listing it (files' and blob records'), every listed chunk is in the
 //     index, and no chunk record has a zero refcount;
 //   - each blob record's pins equal the format-5 manifests listing it;
-//   - every chunk lies inside its pack's committed length, no two chunks
-//     overlap, and a chunk with a hole in its range (punched, or a sparse
-//     spool adopted as is) still matches its hash;
+//   - every chunk lies inside its pack's committed length and its file,
+//     no two chunks overlap, and a chunk with a hole in its range
+//     (punched, or a sparse spool adopted as is) still matches its hash;
 //   - each pack's file is exactly its committed length (no ingest may be in
 //     flight while Check runs), and its live chunks and dead bytes add up
 //     to that length (dead packs are removed by their dead count, so it
@@ -36,19 +57,15 @@ type CheckOptions struct {
 //   - every extended attribute belongs to an existing inode.
 //
 // It reads a consistent snapshot of the index in one transaction.
-func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
+func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, error) {
 	s.WaitReclaim() // every queued punch done: the packs as they stay
-	var problems []string
+	var problems []Problem
+	add := func(p Problem) { problems = append(problems, p) }
 	bad := func(format string, args ...any) {
-		if len(problems) < 100 {
-			problems = append(problems, fmt.Sprintf(format, args...))
-		}
-	}
-	type chunkInfo struct {
-		id blockstore.ID
-		c  manifest.Chunk
+		add(Problem{Kind: ProblemIndex, Msg: fmt.Sprintf(format, args...)})
 	}
 	var chunks []chunkInfo
+	var onDisk map[uint32]int64
 	err := s.db.View(func(tx *manifest.Tx) error {
 		refs := map[blockstore.ID]uint32{}
 		names := map[uint64]int{}
@@ -93,19 +110,13 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 		if err != nil {
 			return err
 		}
-		pins := map[string]uint32{}
-		err = tx.ForEachInode(func(n *manifest.Inode) error {
-			for _, h := range tx.Pins(n.Ino) {
-				pins[h]++
-			}
-			return nil
-		})
+		pins, err := countPins(tx)
 		if err != nil {
 			return err
 		}
 		err = tx.ForEachBlobRecord(func(h string, r *manifest.BlobRecord) error {
 			if r.Pins != pins[h] {
-				bad("blob %s: %d pins, listed by %d format-5 manifests", h, r.Pins, pins[h])
+				add(Problem{Kind: ProblemBlobPins, Blob: h, Refs: pins[h], Msg: fmt.Sprintf("blob %s: %d pins, listed by %d format-5 manifests", h, r.Pins, pins[h])})
 			}
 			delete(pins, h)
 			if !r.HasContent {
@@ -148,7 +159,7 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 		}
 		err = tx.ForEachXattrIno(func(ino uint64) error {
 			if _, err := tx.Inode(ino); err != nil {
-				bad("extended attributes of inode %d, which does not exist: %v", ino, err)
+				add(Problem{Kind: ProblemStrayXattrs, Ino: ino, Msg: fmt.Sprintf("extended attributes of inode %d, which does not exist: %v", ino, err)})
 			}
 			return nil
 		})
@@ -159,20 +170,26 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 		if err != nil {
 			return err
 		}
+		onDisk, err = s.packs.Packs()
+		if err != nil {
+			return err
+		}
 		live := map[uint32]int64{}
 		err = tx.ForEachChunk(func(id blockstore.ID, c manifest.Chunk) error {
 			chunks = append(chunks, chunkInfo{id, c})
 			live[c.Loc.Pack] += c.Loc.Len
-			if c.Refs == 0 {
-				bad("chunk %s has refcount 0", id)
-			}
-			if got := refs[id]; got != c.Refs {
-				bad("chunk %s: refcount %d, listed by %d manifests", id, c.Refs, got)
+			if got := refs[id]; got != c.Refs || got == 0 {
+				add(Problem{Kind: ProblemRefs, Chunk: id, Loc: c.Loc, Refs: got,
+					Msg: fmt.Sprintf("chunk %s: refcount %d, listed by %d manifests", id, c.Refs, got)})
 			}
 			delete(refs, id)
 			p, ok := packs[c.Loc.Pack]
 			if !ok || c.Loc.Off < 0 || c.Loc.Len <= 0 || c.Loc.End() > p.Committed {
-				bad("chunk %s at pack %d [%d,+%d) outside the committed %d bytes", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, p.Committed)
+				add(Problem{Kind: ProblemLost, Chunk: id, Loc: c.Loc,
+					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) outside the committed %d bytes", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, p.Committed)})
+			} else if size, ok := onDisk[c.Loc.Pack]; ok && c.Loc.End() > size {
+				add(Problem{Kind: ProblemLost, Chunk: id, Loc: c.Loc,
+					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) past the end of the pack file (%d bytes)", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, size)})
 			}
 			return nil
 		})
@@ -180,37 +197,40 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 			return err
 		}
 		for id, n := range refs {
-			bad("chunk %s listed by %d manifests is not in the index", id, n)
-		}
-		onDisk, err := s.packs.Packs()
-		if err != nil {
-			return err
+			add(Problem{Kind: ProblemLost, Chunk: id, Refs: n, Msg: fmt.Sprintf("chunk %s listed by %d manifests is not in the index", id, n)})
 		}
 		for pack, p := range packs {
 			if size, ok := onDisk[pack]; !ok && p.Committed > 0 {
-				bad("pack %s is missing", s.packs.Path(pack))
+				add(Problem{Kind: ProblemPack, Pack: pack, Msg: fmt.Sprintf("pack %s is missing", s.packs.Path(pack))})
 			} else if ok && size != p.Committed {
-				bad("pack %s is %d bytes, committed length %d", s.packs.Path(pack), size, p.Committed)
+				add(Problem{Kind: ProblemPack, Pack: pack, Msg: fmt.Sprintf("pack %s is %d bytes, committed length %d", s.packs.Path(pack), size, p.Committed)})
 			}
 			if live[pack]+p.Dead != p.Committed {
-				bad("pack %s: %d live and %d dead bytes, committed length %d", s.packs.Path(pack), live[pack], p.Dead, p.Committed)
+				add(Problem{Kind: ProblemPack, Pack: pack, Msg: fmt.Sprintf("pack %s: %d live and %d dead bytes, committed length %d", s.packs.Path(pack), live[pack], p.Dead, p.Committed)})
 			}
 		}
 		for pack := range onDisk {
 			if _, ok := packs[pack]; !ok {
-				bad("pack %s is not in the index", s.packs.Path(pack))
+				add(Problem{Kind: ProblemStrayPack, Pack: pack, Msg: fmt.Sprintf("pack %s is not in the index", s.packs.Path(pack))})
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("check %s: %w", s.dir, err)
+		return nil, fmt.Errorf("check %s: %w", s.dir, err)
 	}
 	sort.Slice(chunks, func(i, j int) bool {
 		a, b := chunks[i].c.Loc, chunks[j].c.Loc
 		return a.Pack < b.Pack || a.Pack == b.Pack && a.Off < b.Off
 	})
+	lost := map[blockstore.ID]bool{}
+	for _, p := range problems {
+		if p.Kind == ProblemLost {
+			lost[p.Chunk] = true
+		}
+	}
 	var buf []byte
+	var toVerify []chunkInfo
 	for i, ci := range chunks {
 		loc := ci.c.Loc
 		if i > 0 {
@@ -218,9 +238,20 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 				bad("chunks %s and %s overlap in pack %d", chunks[i-1].id, ci.id, loc.Pack)
 			}
 		}
+		if lost[ci.id] {
+			continue // outside its pack: reported
+		}
+		if _, ok := onDisk[loc.Pack]; !ok {
+			add(Problem{Kind: ProblemLost, Chunk: ci.id, Loc: loc, Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d): the pack file %s is missing", ci.id, loc.Pack, loc.Off, loc.Len, s.packs.Path(loc.Pack))})
+			continue
+		}
+		if opts.Verify {
+			toVerify = append(toVerify, ci)
+			continue
+		}
 		pf, err := s.packs.Acquire(loc.Pack)
 		if err != nil {
-			bad("chunk %s: %v", ci.id, err)
+			bad("chunk %s at pack %d [%d,+%d): %v", ci.id, loc.Pack, loc.Off, loc.Len, err) // the file is there: not a loss to repair
 			continue
 		}
 		// A hole in a live chunk is not wrong in itself: a sparse spool
@@ -233,25 +264,32 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 			holed = true
 		}
 		pf.Release()
-		if holed && !opts.Verify {
+		if holed {
 			if int64(cap(buf)) < loc.Len {
 				buf = make([]byte, loc.Len)
 			}
 			if err := s.packs.ReadChunk(buf[:loc.Len], ci.id, loc, true); err != nil {
-				bad("chunk %s at pack %d [%d,+%d) has a hole and does not match its hash: %v", ci.id, loc.Pack, loc.Off, loc.Len, err)
-			}
-		}
-		if opts.Verify {
-			if int64(cap(buf)) < loc.Len {
-				buf = make([]byte, loc.Len)
-			}
-			if err := s.packs.ReadChunk(buf[:loc.Len], ci.id, loc, true); err != nil {
-				bad("%v", err)
+				add(Problem{Kind: ProblemLost, Chunk: ci.id, Loc: loc, Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) has a hole and does not match its hash: %v", ci.id, loc.Pack, loc.Off, loc.Len, err)})
 			}
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("check %s: %d problem(s):\n  %s", s.dir, len(problems), strings.Join(problems, "\n  "))
+	if opts.Verify {
+		if err := s.verifyChunks(ctx, toVerify, opts.Progress, add); err != nil {
+			return nil, fmt.Errorf("check %s: %w", s.dir, err)
+		}
 	}
-	return nil
+	return problems, nil
+}
+
+// countPins counts, for each blob, the format-5 manifests listing it: what
+// its record's pins must be.
+func countPins(tx *manifest.Tx) (map[string]uint32, error) {
+	pins := map[string]uint32{}
+	err := tx.ForEachInode(func(n *manifest.Inode) error {
+		for _, h := range tx.Pins(n.Ino) {
+			pins[h]++
+		}
+		return nil
+	})
+	return pins, err
 }

@@ -179,6 +179,12 @@ func (in *ingest) planChanges(ch Changes, pm manifest.Manifest) error {
 		for pos := a; pos < below; k++ {
 			e, start := pm[k], starts[k]
 			end := min(start+e.Len, below)
+			if e.Damaged {
+				// Lost bytes must not become zeros that read back as
+				// written: a file with damaged runs is changed by
+				// rewriting it whole (fsck.go).
+				return fmt.Errorf("keep bytes [%d,%d) of the previous version: %w", pos, end, ErrDamaged)
+			}
 			if e.Zero {
 				in.keep = append(in.keep, chunkRef{off: pos, n: end - pos, zero: true})
 				in.stats.ZeroBytes += end - pos

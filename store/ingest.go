@@ -154,6 +154,9 @@ type ingest struct {
 	// txDone: the commit's transaction succeeded (even if its sync
 	// failed), so finish must not roll its packs back.
 	txDone bool
+	// journaled are the data records that carry its new bytes, by pack
+	// (inline.go).
+	journaled map[uint32]taint
 }
 
 // adoptedPack is a spool file renamed into the packs directory.

@@ -13,17 +13,20 @@ import (
 	"github.com/kvfs/kvfs/manifest"
 )
 
-// Small commits' new bytes travel in the journal. A spool adopted as a pack
-// (adopt.go) used to cost two flushes before its commit: an fsync of the
-// new pack file (its data, inode and size) and one of packs/ (its new
-// name). When its live bytes are few (inlineMax), the commit instead
-// appends a data record to the journal before its index record: the pack
-// number, the pack's size and each live range with its bytes. The commit's
-// journal sync then makes the bytes durable with the index change, one
-// flush in all. The pack file and its name are made durable by the next
-// checkpoint, before its bbolt transaction (syncInline, the index's
-// BeforeCheckpoint): once a checkpoint covers a data record, the journal
-// may drop it.
+// Small commits' new bytes travel in the journal. A commit's new chunks
+// used to cost a flush of their pack before the commit's record: an fsync
+// of the shared pack they were appended to (packslot.go), or, for a spool
+// adopted as a pack of its own (adopt.go), an fsync of the new pack file
+// and one of packs/ (its new name). When a commit's new bytes are few
+// (inlineMax), the commit instead appends a data record to the journal
+// before its index record: the pack number, the pack's size as far as
+// this commit is concerned and each new range with its bytes. The
+// commit's journal sync then makes the bytes durable with the index
+// change, one flush in all, and concurrent commits share it. The pack
+// file and its name are made durable by the next checkpoint, before its
+// bbolt transaction (syncInline, the index's BeforeCheckpoint): once a
+// checkpoint covers a data record, the journal may drop it. Large commits
+// keep the fsync of their pack: large files are not written twice.
 //
 // Recovery. Open replays the data records after the last checkpoint, in
 // order with the index's (manifest.JournalOptions.ReplayData): each
@@ -35,13 +38,21 @@ import (
 // without a record is removed by recover, bytes past a pack's committed
 // length are cut, and ranges released since are punched again by
 // reconcile (an open after a crash does not follow a clean close).
-// Large commits keep the fsync of their pack: large files are not
-// written twice. Since shared packs, only spools of AdoptMinBytes or more
-// are adopted, so this path serves a large spool with few new bytes
-// (Options.AdoptMinBytes lowered, as tests do); the small commits that
-// append to shared packs still sync those before their record: carrying
-// their bytes the same way (and syncing the shared packs at checkpoints)
-// is the next step.
+//
+// Reuse of pack offsets. Replay writes a data record's bytes wherever the
+// record says, whether or not its commit happened. Bytes at or below a
+// pack's committed length are never handed out again (packs are append
+// only), so a stale record can only write there what is dead. But the
+// bytes past the committed length are handed out again whenever a pack is
+// cut back (an ingest failed, or recover cut an uncommitted tail): had a
+// record of the failed ingest stayed in the journal, the next replay
+// would write its bytes over those of the ingest that reused the offsets.
+// So a pack that a data record wrote past the committed length is tainted
+// until a checkpoint covers the record (the next open does not replay
+// it): it takes no new ingest, and takePack does not open it again.
+// Tainted are the packs of an ingest that journaled its bytes and then
+// failed (finish), and, at open, those a replayed record wrote past their
+// committed length.
 
 // inlineMax bounds the live bytes of a commit that go into the journal.
 const inlineMax = 1 << 20
@@ -59,7 +70,20 @@ type inlineState struct {
 	dirty map[uint32]bool // packs written through data records, unsynced
 	names bool            // a pack got its name (a rename) since
 	bytes atomic.Int64    // inlined since the last checkpoint
+	// checkpointAt is how many inlined bytes start a checkpoint
+	// (inlineCheckpoint, or less with small journal segments).
+	checkpointAt int64
 	ckpt  atomic.Bool     // a checkpoint it asked for is running
+	// tainted are the packs a data record may have written past their
+	// committed length, until a checkpoint covers the record (see
+	// "Reuse of pack offsets"). Guarded by mu.
+	tainted map[uint32]taint
+}
+
+// taint is a pack's latest data record (seq) and the end of its ranges.
+type taint struct {
+	seq uint64
+	end int64
 }
 
 // inlines reports whether a commit with n live new bytes goes into the
@@ -92,17 +116,18 @@ func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int
 }
 
 // appendData appends a data record for pack (which now has its name in
-// packs/) ahead of the commit's index record, and marks the pack for the
-// next checkpoint's sync.
-func (s *Store) appendData(pack uint32, rec []byte) error {
+// packs/) ahead of the commit's index record, marks the pack for the next
+// checkpoint's sync, and returns the record's sequence number.
+func (s *Store) appendData(pack uint32, rec []byte) (uint64, error) {
 	s.inline.mu.Lock()
 	s.inline.dirty[pack] = true
 	s.inline.names = true
 	s.inline.mu.Unlock()
-	if _, err := s.jlog.Append(rec); err != nil {
-		return fmt.Errorf("journal the bytes of pack %d: %w", pack, err)
+	seq, err := s.jlog.Append(rec)
+	if err != nil {
+		return 0, fmt.Errorf("journal the bytes of pack %d: %w", pack, err)
 	}
-	if s.inline.bytes.Add(int64(len(rec))) > inlineCheckpoint && s.inline.ckpt.CompareAndSwap(false, true) {
+	if s.inline.bytes.Add(int64(len(rec))) > s.inline.checkpointAt && s.inline.ckpt.CompareAndSwap(false, true) {
 		go func() {
 			defer s.inline.ckpt.Store(false)
 			if err := s.checkpoint(); err != nil {
@@ -110,7 +135,44 @@ func (s *Store) appendData(pack uint32, rec []byte) error {
 			}
 		}()
 	}
-	return nil
+	return seq, nil
+}
+
+// taintPack notes that the data record seq wrote pack up to end, maybe
+// past its committed length.
+func (s *Store) taintPack(pack uint32, seq uint64, end int64) {
+	s.inline.mu.Lock()
+	defer s.inline.mu.Unlock()
+	if s.inline.tainted == nil {
+		s.inline.tainted = map[uint32]taint{}
+	}
+	t := s.inline.tainted[pack]
+	s.inline.tainted[pack] = taint{seq: max(t.seq, seq), end: max(t.end, end)}
+}
+
+// untaintCommitted drops, once the index is open, the taints of packs
+// whose replayed records all wrote below the committed length.
+func (s *Store) untaintCommitted(states map[uint32]manifest.Pack) {
+	s.inline.mu.Lock()
+	defer s.inline.mu.Unlock()
+	for pack, t := range s.inline.tainted {
+		if st, ok := states[pack]; ok && t.end <= st.Committed {
+			delete(s.inline.tainted, pack)
+		}
+	}
+}
+
+// tainted reports whether pack may not be appended to (see "Reuse of
+// pack offsets"); a taint that a checkpoint has covered goes.
+func (s *Store) tainted(pack uint32) bool {
+	s.inline.mu.Lock()
+	defer s.inline.mu.Unlock()
+	t, ok := s.inline.tainted[pack]
+	if ok && t.seq <= s.db.Checkpointed() {
+		delete(s.inline.tainted, pack)
+		return false
+	}
+	return ok
 }
 
 // packPath is pack's file, as blockstore names it; replay runs before the
@@ -133,6 +195,7 @@ func (s *Store) replayData(seq uint64, p []byte) error {
 		return fmt.Errorf("replay bytes of %s: %w", path, err)
 	}
 	defer f.Close()
+	end := int64(0)
 	for rest := p[13:]; len(rest) > 0; {
 		off, k := binary.Uvarint(rest)
 		if k <= 0 {
@@ -148,7 +211,9 @@ func (s *Store) replayData(seq uint64, p []byte) error {
 			return fmt.Errorf("replay bytes of %s: %w", path, err)
 		}
 		rest = rest[n:]
+		end = max(end, int64(off+n))
 	}
+	s.taintPack(pack, seq, max(end, size))
 	if fi, err := f.Stat(); err != nil {
 		return fmt.Errorf("replay bytes of %s: %w", path, err)
 	} else if fi.Size() < size {

@@ -28,11 +28,12 @@ import (
 //     of anything (a file's fsync, a directory's fsync: Store.Sync), as on
 //     a local disk; the journal is ordered, so a durable record implies
 //     every earlier one.
-//   - Chunk bytes: a small adopted spool's live bytes travel in a data
-//     record of the journal ahead of the commit's record, and its pack is
-//     synced by the next checkpoint (inline.go). Other commits write and
-//     sync their packs before the commit's record is appended, so a record
-//     never refers to bytes that a crash can lose.
+//   - Chunk bytes: a commit with few new bytes (up to 1 MiB) carries them
+//     in data records of the journal ahead of its own record, and the
+//     packs they went to are synced by the next checkpoint (inline.go).
+//     Other commits write and sync their packs before the commit's record
+//     is appended, so a record never refers to bytes that a crash can
+//     lose.
 //   - Irreversible effects wait for the record that allows them.
 //     Punching released chunks must not happen before the record that
 //     released them is durable: a crash could lose the record and bring
@@ -149,22 +150,29 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 	}
 	jdir := journalDir(s.dir)
 	s.inline.dirty = map[uint32]bool{}
+	seg := opts.JournalSegmentSize
+	if seg <= 0 {
+		seg = journalSegmentFor(s.dir)
+	}
+	// Checkpoints come every half segment's worth of records at most,
+	// so that the journal recycles its segments instead of making new
+	// ones: on a full disk there may be no room for one (the reserve
+	// holds one more, for removals).
+	s.inline.checkpointAt = min(inlineCheckpoint, seg/2)
 	s.jlog = &lazyLog{open: func() (*journal.Journal, error) {
 		if _, err := os.Stat(jdir); errors.Is(err, fs.ErrNotExist) {
 			created = true
 		}
-		seg := opts.JournalSegmentSize
-		if seg <= 0 {
-			seg = journalSegmentFor(s.dir)
-		}
 		s.inline.max = min(inlineMax, int64(journalMaxPayload(seg))/2)
-		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log})
+		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log,
+			NoSpace: func(err error) bool { return s.reserve.release("new journal segment", err) }})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
 		Log:              s.jlog,
 		BeforeCheckpoint: s.syncInline,
 		ReplayData:       s.replayData,
 		MaxEntries:       opts.CheckpointEntries,
+		MaxBytes:         seg / 2,
 		Interval:         opts.CheckpointInterval,
 		Logger:           s.log,
 	}))
@@ -172,8 +180,11 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		s.jlog.close()
 		return nil, false, err
 	}
-	var marked bool
-	db.View(func(tx *manifest.Tx) error { marked = tx.Journaled(); return nil })
+	var marked, old bool
+	db.View(func(tx *manifest.Tx) error {
+		marked, old = tx.Journaled(), tx.Schema() < manifest.SchemaVersion
+		return nil
+	})
 	switch {
 	case marked && created:
 		// Opening it would lose every record after the last checkpoint;
@@ -182,7 +193,8 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		s.jlog.close()
 		os.RemoveAll(jdir)
 		return nil, false, fmt.Errorf("the store's journal %s is missing (the index was written through it; the records since its last checkpoint are lost)", jdir)
-	case !marked:
+	case !marked || old:
+		// (old: marked by a kvfs that did not raise the schema version.)
 		// Marked in bbolt itself (the checkpoint), not only in the journal:
 		// the mark is what tells a later open that the journal is needed.
 		err := db.Update(func(tx *manifest.Tx) error { return tx.SetJournaled() })

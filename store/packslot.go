@@ -2,7 +2,9 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -18,8 +20,9 @@ import (
 // more commits run than packs are open.
 //
 // An ingest reserves each chunk's range under the appender's lock, fills it
-// with positioned writes, fsyncs the pack, and then commits in one index
-// transaction. Ranges are handed out in order, so the ranges of one pack
+// with positioned writes, makes them durable (an fsync of the pack, or, for
+// a few new bytes, data records in the journal: inline.go), and then
+// commits in one index transaction. Ranges are handed out in order, so the ranges of one pack
 // tile it from its committed length at open up to its appender's end, each
 // range belonging to one ingest, with at most a page's padding before an
 // ingest's first range (so that its pages can be freed whole when it dies);
@@ -41,12 +44,14 @@ import (
 // range before that ingest has written or synced it. That is safe, because
 // the index only ever promises two things about a pack's bytes:
 //
-//   - a chunk record points at bytes that were written and fsynced before
-//     the transaction that added the record (each ingest syncs its own packs
-//     before its commit; the range it covers on someone else's behalf gets
-//     no chunk record, only dead bytes, whose content is never read);
+//   - a chunk record points at bytes that were written and made durable
+//     before the transaction that added the record (each ingest syncs its
+//     own packs, or journals their bytes, before its commit; the range it
+//     covers on someone else's behalf gets no chunk record, only dead
+//     bytes, whose content is never read);
 //   - the file is at least its committed length (the commit raising it wrote
-//     its own range up to that length and fsynced the file, length included)
+//     its own range up to that length and fsynced the file, length included,
+//     or journaled the length with its bytes, which replay restores)
 //     and every byte below it is live or dead (live + dead = committed, which
 //     Check verifies and dead-pack removal trusts).
 //
@@ -237,8 +242,9 @@ func (s *Store) closeAppendLocked(sp *sharedPack) {
 func (s *Store) takePack(n int64, fresh bool) (*sharedPack, error) {
 	var pack uint32
 	var committed int64
+	var created bool
 	err := s.db.Update(func(tx *manifest.Tx) error {
-		pack, committed = 0, 0
+		pack, committed, created = 0, 0, false
 		packs, err := tx.Packs()
 		if err != nil {
 			return err
@@ -246,7 +252,7 @@ func (s *Store) takePack(n int64, fresh bool) (*sharedPack, error) {
 		s.mu.Lock()
 		for k, p := range packs {
 			start := (p.Committed + blockstore.PageSize - 1) / blockstore.PageSize * blockstore.PageSize
-			if !fresh && !s.held[k] && start+n <= s.packBytes && (pack == 0 || k > pack) {
+			if !fresh && !s.held[k] && start+n <= s.packBytes && (pack == 0 || k > pack) && !s.tainted(k) {
 				pack, committed = k, p.Committed
 			}
 		}
@@ -257,12 +263,20 @@ func (s *Store) takePack(n int64, fresh bool) (*sharedPack, error) {
 		if pack != 0 {
 			return nil
 		}
+		created = true
 		pack, err = s.allocPack(tx)
 		return err
 	})
 	if err == nil {
 		var app *blockstore.Appender
-		if app, err = s.packs.NewAppender(pack, committed); err == nil {
+		if app, err = s.packs.NewAppender(pack, committed); err == nil && created {
+			// A commit's fsync of the pack, or its data record, does not
+			// make the new file's name durable.
+			if err = syncDir(filepath.Join(s.dir, "packs")); err != nil {
+				app.Close()
+			}
+		}
+		if err == nil {
 			return &sharedPack{app: app, committed: committed}, nil
 		}
 	}
@@ -345,10 +359,60 @@ func (in *ingest) committed(lengths map[uint32]int64) {
 	}
 }
 
-// sync makes every appended chunk durable.
+// sync makes every appended chunk durable before the commit's record: by
+// an fsync of each pack it appended to or, when its new bytes are few, by
+// data records ahead of its commit's (inline.go), synced with it.
 func (in *ingest) sync() error {
+	s := in.s
+	ranges := in.ownRanges()
+	var n int64
+	for _, sp := range in.slots {
+		for _, r := range ranges[sp.app.Pack()] {
+			n += r.Len
+		}
+	}
+	if n > 0 && s.inlines(n) {
+		return in.journalBytes(ranges)
+	}
 	for _, p := range in.slots {
 		if err := p.app.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// journalBytes appends a data record per shared pack with the ingest's
+// ranges in it, read back from the pack, and notes each record's
+// sequence number: should the commit fail, the pack is tainted (finish).
+func (in *ingest) journalBytes(ranges map[uint32][]blockstore.Loc) error {
+	for _, sp := range in.slots {
+		pack := sp.app.Pack()
+		rs := ranges[pack]
+		if len(rs) == 0 {
+			continue
+		}
+		pairs := make([][2]int64, len(rs))
+		for i, r := range rs {
+			pairs[i] = [2]int64{r.Off, r.Len}
+		}
+		end := rs[len(rs)-1].End()
+		rec, err := encodeData(pack, end, pairs, func(off, n int64, b []byte) error {
+			return sp.app.ReadAt(b, off)
+		})
+		if err != nil {
+			return fmt.Errorf("journal new chunks: %w", err)
+		}
+		seq, err := in.s.appendData(pack, rec)
+		if in.journaled == nil {
+			in.journaled = map[uint32]taint{}
+		}
+		if err != nil {
+			// The record may be in the journal's file all the same.
+			seq = math.MaxUint64
+		}
+		in.journaled[pack] = taint{seq: seq, end: end}
+		if err != nil {
 			return err
 		}
 	}
@@ -384,10 +448,20 @@ func (in *ingest) finish(err error) {
 	}
 	if err != nil {
 		in.punchUncommitted()
+		// Its data records may outlive it in the journal: its packs take
+		// no more ingests, and are not opened again, until a checkpoint
+		// covers them (inline.go).
+		for pack, t := range in.journaled {
+			s.taintPack(pack, t.seq, t.end)
+		}
 	}
 	var closed []uint32
 	s.mu.Lock()
 	for _, sp := range in.slots {
+		if _, ok := in.journaled[sp.app.Pack()]; ok && err != nil {
+			sp.full = true
+			s.appending.open = slices.DeleteFunc(s.appending.open, func(p *sharedPack) bool { return p == sp.sharedPack })
+		}
 		sp.users--
 		if sp.users > 0 {
 			continue

@@ -27,6 +27,9 @@ type File struct {
 	exts []extent
 	// verify checks every chunk read, whether or not the store does.
 	verify bool
+	// damaged: some extent is a damaged run (fsck_damage.go), so reads
+	// take the copying path, which checks for them.
+	damaged bool
 
 	closeOnce sync.Once
 }
@@ -39,8 +42,10 @@ type extent struct {
 	off  int64 // file offset
 	n    int64
 	zero bool
-	id   blockstore.ID
-	loc  blockstore.Loc
+	// damaged runs (also zero) read as ErrDamaged.
+	damaged bool
+	id      blockstore.ID
+	loc     blockstore.Loc
 }
 
 // Open opens the committed file at path for reading. The path is resolved
@@ -101,7 +106,8 @@ func (s *Store) openTx(tx *manifest.Tx, ino uint64) (*File, error) {
 	var off int64
 	f.exts = make([]extent, 0, len(m))
 	for _, e := range m {
-		x := extent{off: off, n: e.Len, zero: e.Zero, id: e.ID}
+		x := extent{off: off, n: e.Len, zero: e.Zero, damaged: e.Damaged, id: e.ID}
+		f.damaged = f.damaged || e.Damaged
 		if !e.Zero {
 			c, err := tx.Chunk(e.ID)
 			if err != nil {
@@ -144,7 +150,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		e := &f.exts[i]
 		in := off + int64(n) - e.off
 		k := int(min(int64(len(p)-n), e.n-in))
-		if e.zero {
+		if e.damaged {
+			return n, fmt.Errorf("read %s at %d: %w", f.path, e.off+in, ErrDamaged)
+		} else if e.zero {
 			clear(p[n : n+k])
 		} else if err := f.readChunk(p[n:n+k], e, in); err != nil {
 			return n, err
@@ -276,7 +284,7 @@ func (s *Segments) acquire(d *blockstore.Dir, pack uint32) (*os.File, error) {
 // when the range is empty, or when a pack cannot be opened (ReadAt then
 // reports why).
 func (f *File) Segments(off int64, n int) (segs *Segments, ok bool) {
-	if f.s.verify || f.verify || off < 0 || off >= f.size || n <= 0 {
+	if f.s.verify || f.verify || f.damaged || off < 0 || off >= f.size || n <= 0 {
 		return nil, false
 	}
 	segs = &Segments{}

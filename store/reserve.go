@@ -29,11 +29,13 @@ import (
 // reserveName is the reserve's file name in the store directory.
 const reserveName = "reserve"
 
-// Reserve sizes: 1/64 of the filesystem, within these bounds, unless
-// Options.Reserve says otherwise.
+// Reserve sizes: 1/32 of the filesystem, within these bounds, unless
+// Options.Reserve says otherwise. A removal on a full disk may need a new
+// journal segment (1/64 of the filesystem, 256 KiB to 64 MiB: journal.go)
+// and pages for bbolt's checkpoint: the reserve holds room for both.
 const (
-	minReserve = 64 << 10
-	maxReserve = 64 << 20
+	minReserve = 512 << 10
+	maxReserve = 128 << 20
 )
 
 // reserve is the store's disk space reserve. Its methods are safe for
@@ -51,7 +53,7 @@ func newReserve(dir string, size int64, log *slog.Logger) *reserve {
 	if size <= 0 {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err == nil {
-			size = int64(st.Blocks) * int64(st.Bsize) / 64
+			size = int64(st.Blocks) * int64(st.Bsize) / 32
 		}
 		size = min(max(size, minReserve), maxReserve)
 	}

@@ -290,21 +290,31 @@ func (s *Store) close() error {
 	if s.db.Journaled() {
 		err = s.checkpoint()
 	}
-	if cerr := s.db.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := s.packs.Close(); err == nil {
-		err = cerr
-	}
-	if s.jlog != nil {
-		if cerr := s.jlog.close(); err == nil {
+	// The rest happens before the index lets go of the store's lock:
+	// another process that opens the store must find it as this one left
+	// it (a marker created after it opened would tell it, or the process
+	// after it, that its own close was clean).
+	cerr := s.db.CloseWith(func(cerr error) error {
+		if err == nil {
 			err = cerr
 		}
-		if err == nil && s.opened {
-			if f, cerr := os.Create(closedMarker(s.dir)); cerr == nil {
-				f.Close()
+		if cerr := s.packs.Close(); err == nil {
+			err = cerr
+		}
+		if s.jlog != nil {
+			if cerr := s.jlog.close(); err == nil {
+				err = cerr
+			}
+			if err == nil && s.opened {
+				if f, cerr := os.Create(closedMarker(s.dir)); cerr == nil {
+					f.Close()
+				}
 			}
 		}
+		return err
+	})
+	if err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -326,6 +336,7 @@ func (s *Store) recover() error {
 	}); err != nil {
 		return err
 	}
+	s.untaintCommitted(states)
 	var dead []uint32
 	for pack, size := range onDisk {
 		st, ok := states[pack]

@@ -47,6 +47,8 @@ type mountOptions struct {
 	checkpointEvery time.Duration
 	// writeback: -o writeback_cache (fs.Options.WritebackCache).
 	writeback bool
+	// noKillpriv is fs.Options.NoKillpriv.
+	noKillpriv bool
 	// packBytes is store.Options.PackBytes (for tests that need many
 	// packs).
 	packBytes int64
@@ -75,6 +77,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("no-journal")
 	fs.DurationVar(&o.checkpointEvery, "checkpoint-interval", 0, "testing: checkpoint the journal this often (default 30s)")
 	fs.MarkHidden("checkpoint-interval")
+	fs.BoolVar(&o.noKillpriv, "no-killpriv", false, "testing: leave clearing set-ID bits at writes to the kernel (no FUSE_HANDLE_KILLPRIV_V2), which then asks for security.capability before every write, to measure what handling it in kvfs saves")
+	fs.MarkHidden("no-killpriv")
 	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
 	fs.MarkHidden("pack-bytes")
 	if err := parseFlags(fs, args); err != nil {
@@ -196,6 +200,9 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.noJournal {
 		flags = append(flags, "--no-journal")
 	}
+	if o.noKillpriv {
+		flags = append(flags, "--no-killpriv")
+	}
 	if o.checkpointEvery != 0 {
 		flags = append(flags, "--checkpoint-interval", o.checkpointEvery.String())
 	}
@@ -266,8 +273,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	}
 	defer s.Close()
 	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
-		WritebackCache: o.writeback,
-		ExpireEvery:    min(time.Minute, max(o.blobGrace/4, time.Second))})
+		WritebackCache: o.writeback, NoKillpriv: o.noKillpriv,
+		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)
 	}

@@ -41,6 +41,7 @@ func commands() []command {
 		{"mv", "rename a file or directory in a store", runMv},
 		{"stats", "print a store's sizes and dedup ratio", runStats},
 		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
+		{"fsck", "check a store offline (and --repair it); own exit statuses", runFsck},
 	}
 }
 
@@ -89,9 +90,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
 		var ue usageError
+		var es exitStatus
 		switch {
 		case err == nil:
 			return exitOK
+		case errors.As(err, &es):
+			if es.err != nil {
+				fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, es.err)
+			}
+			return es.code
 		case errors.Is(err, pflag.ErrHelp):
 			return exitOK
 		case errors.As(err, &ue):
@@ -126,6 +133,7 @@ Exit codes:
   2  bad command line
   3  verification failed: stored bytes do not match their hash
   4  interrupted by SIGINT or SIGTERM
+  (kvfs fsck has its own: see "kvfs help fsck")
 `, "help")
 }
 
