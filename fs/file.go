@@ -318,7 +318,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 			return f.stale("open for write", err)
 		}
 	}
-	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash)
+	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || f.chunkedWhole())
 	if err != nil {
 		if base != nil {
 			base.Close()
@@ -328,6 +328,18 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 	f.sp = sp
 	f.writing.Store(true)
 	return 0
+}
+
+// chunkedWhole reports whether the file's name makes the store chunk it
+// from its whole content (store.ChunkedWhole): then its cells are not
+// hashed as they are written.
+func (f *fileNode) chunkedWhole() bool {
+	name, parent := f.Parent()
+	if parent == nil {
+		return false
+	}
+	dir, _ := parent.Parent()
+	return store.ChunkedWhole(dir, name)
 }
 
 // dropSpool discards the spool: its file, unless the store adopted it as

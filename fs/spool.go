@@ -42,6 +42,10 @@ type spool struct {
 	cells map[int64]*cell // the dirty cells
 	// noHash turns off hashing while writing (for measurements).
 	noHash bool
+	// seq is how far the file was written in order from 0, with no
+	// other write (a cp, a snapshot written whole); flushed is how much
+	// of that the kernel was asked to write back (see writeAhead).
+	seq, flushed int64
 
 	// hashq feeds the goroutine that hashes cells while the file is
 	// written (started by the first); hashing counts the cells queued and
@@ -181,6 +185,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if e := off + int64(n); e > sp.size {
 		sp.size = e
 	}
+	sp.writeAhead(off, int64(n))
 	if err == nil && !sp.noHash {
 		// Every cell whose end the write reached: in order, it is done.
 		for i := first; (i+1)*sp.C <= end; i++ {
@@ -188,6 +193,40 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// A large file written in order from its start (cp, a snapshot) is
+// adopted as a pack at its commit (store/adopt.go), which fsyncs the
+// spool: every byte of it goes to the disk then, after the commit has
+// read and hashed the file, and the close waits for all of it. Asking
+// the kernel to write back each writeAheadBytes of it as the writes come
+// in overlaps that disk work with the writing and the hashing, so that
+// the fsync finds little left to write (issue 9, "cp of a new 1 GiB
+// snapshot"; the kernel would otherwise start only at its dirty
+// threshold, 10% of memory). Random writes (a change to a large file)
+// are left alone: most of such a spool may never reach the disk (a copied
+// change, a spool dropped by a truncation).
+const (
+	writeAheadBytes = 8 << 20
+	// writeAheadFrom is how much must have been written in order before
+	// any is written back: smaller files are copied into shared packs, not
+	// adopted (store.DefaultAdoptMinBytes).
+	writeAheadFrom = store.DefaultAdoptMinBytes
+)
+
+// writeAhead records a write of n bytes at off and starts the writeback
+// of what was written in order since the last one, once there is
+// writeAheadBytes of it.
+func (sp *spool) writeAhead(off, n int64) {
+	if off != sp.seq || sp.seq < 0 {
+		sp.seq = -1 // no longer in order
+		return
+	}
+	sp.seq += n
+	if sp.seq >= writeAheadFrom && sp.seq-sp.flushed >= writeAheadBytes {
+		startWriteback(sp.f, sp.flushed, sp.seq-sp.flushed)
+		sp.flushed = sp.seq
+	}
 }
 
 // changed drops the cell's hash. Called with sumMu held.

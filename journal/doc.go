@@ -71,6 +71,7 @@
 //     last segment may end in a torn tail, and in an earlier segment a
 //     record that does not verify, or a gap before the next segment's
 //     first sequence number, is a CorruptError naming the file and offset.
+//
 //   - In the last segment, recovery stops at the first record that does
 //     not verify and looks past it for valid records of the segment's
 //     life. If one of them carries a synced watermark at or above the

@@ -117,8 +117,8 @@ type journal struct {
 	// and over (renames back and forth), but the journal grows, and only
 	// checkpoints let it recycle its segments.
 	logged atomic.Int64
-	stop chan struct{}
-	done chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // dropBatch bounds how many entries a checkpoint drops from the overlay

@@ -58,6 +58,7 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 //
 // It reads a consistent snapshot of the index in one transaction.
 func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, error) {
+	s.WaitReclaim() // every queued punch done: the packs as they stay
 	var problems []Problem
 	add := func(p Problem) { problems = append(problems, p) }
 	bad := func(format string, args ...any) {

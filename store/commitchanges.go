@@ -118,6 +118,15 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	return fi, &in.stats, nil
 }
 
+// ChunkedWhole reports whether a file named name in a directory named
+// dir is chunked from its whole content (a snapshot, cut by tensor rows;
+// a blob, hashed whole), not on the grid of cells: CommitChanges then
+// reads and hashes all of it, so a writer that hashed its cells as they
+// were written (fs's spool) did that work for nothing (issue 9: a cp of a
+// 1 GiB snapshot hashed it twice). The name may change before the commit;
+// the sums are only ever a shortcut.
+func ChunkedWhole(dir, name string) bool { return wholeContent([]string{dir, name}) }
+
 // wholeContent reports whether a file at comps is chunked from its whole
 // content (see planFor): a blob, or a snapshot.
 func wholeContent(comps []string) bool {

@@ -73,7 +73,7 @@ type inlineState struct {
 	// checkpointAt is how many inlined bytes start a checkpoint
 	// (inlineCheckpoint, or less with small journal segments).
 	checkpointAt int64
-	ckpt  atomic.Bool     // a checkpoint it asked for is running
+	ckpt         atomic.Bool // a checkpoint it asked for is running
 	// tainted are the packs a data record may have written past their
 	// committed length, until a checkpoint covers the record (see
 	// "Reuse of pack offsets"). Guarded by mu.

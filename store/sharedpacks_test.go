@@ -303,6 +303,7 @@ func TestSharedPackSpaceReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	s.WaitReclaim() // punches run in the background
 	if freed := before - diskBytes(t, packs[0]); freed < 2*(300000-8192) {
 		t.Fatalf("removing two 300,000-byte files freed %d bytes of their pack", freed)
 	}

@@ -85,6 +85,7 @@ type Store struct {
 	dir       string
 	db        *manifest.DB
 	packs     *blockstore.Dir // appends, punches, pack files
+	punchq    punchQueue      // released ranges being punched (punchq.go)
 	chunks    chunkReader     // reads (packs, behind the narrow interface)
 	chunkSize int64
 	log       *slog.Logger
@@ -281,6 +282,7 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	s.closed.Store(true)
+	s.WaitReclaim()
 	s.closeAppendPacks()
 	// The index checkpoints as it closes; here first, so that a full
 	// disk may give up the reserve for it (checkpoint).
@@ -541,17 +543,14 @@ func (s *Store) punch(freed []blockstore.Loc) {
 		byPack[l.Pack] = append(byPack[l.Pack], l)
 	}
 	gone := s.dropDeadPacks(packs)
-	for pack, locs := range byPack {
-		if gone[pack] {
-			continue
-		}
-		err := s.packs.Punch(pack, locs)
-		if errors.Is(err, syscall.ENOSPC) && s.reserve.release("punch", err) {
-			err = s.packs.Punch(pack, locs)
-		}
-		// A pack gone meanwhile was emptied by a concurrent release.
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("punch released chunks", "err", err)
+	for pack := range gone {
+		delete(byPack, pack)
+	}
+	if s.roomy() {
+		s.queuePunch(byPack) // punchq.go: off the caller's path
+	} else {
+		for pack, locs := range byPack {
+			s.punchPack(pack, locs)
 		}
 	}
 	s.reserve.fill()
