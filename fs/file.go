@@ -688,9 +688,13 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if n > 0 {
 		f.sp.modified()
 	}
-	if err != nil {
-		return uint32(n), f.fsys.errno("write", err)
+	if err != nil && n == 0 {
+		return 0, f.fsys.errno("write", err)
 	}
+	// A write that stopped early (a full disk) reports what it wrote, as
+	// a disk filesystem does: the caller's next write gets the error. An
+	// error reply would say that nothing was written, and the bytes that
+	// were would be committed all the same.
 	return uint32(n), 0
 }
 

@@ -3,9 +3,11 @@ package fs
 import (
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -125,13 +127,9 @@ func (sp *spool) dropBase() {
 // materialize makes clean cell i dirty, copying in its committed bytes.
 func (sp *spool) materialize(i int64) error {
 	a := i * sp.C
-	if b := min(a+sp.C, sp.keep); sp.base != nil && a < b {
-		buf := make([]byte, b-a)
-		if _, err := sp.base.ReadAt(buf, a); err != nil && err != io.EOF {
-			return fmt.Errorf("read committed bytes at %d: %w", a, err)
-		}
-		if _, err := sp.f.WriteAt(buf, a); err != nil {
-			return fmt.Errorf("copy committed bytes at %d to spool: %w", a, err)
+	if b := min(a+sp.C, sp.keep); a < b {
+		if err := sp.copyIn(a, b); err != nil {
+			return err
 		}
 	}
 	sp.cells[i] = &cell{}
@@ -163,6 +161,8 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		}
 	}
 	first, last := off/sp.C, (end-1)/sp.C
+	var covered []int64 // kept cells the write covers whole: not copied in
+	var fresh []int64   // cells made dirty without copying anything in
 	for i := first; i <= last; i++ {
 		if sp.cells[i] != nil {
 			continue
@@ -170,10 +170,18 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		a, b := max(off, i*sp.C), min(end, i*sp.C+sp.C)
 		if i*sp.C < sp.keep && (a > i*sp.C || b < min(i*sp.C+sp.C, sp.keep)) {
 			if err := sp.materialize(i); err != nil {
+				// The cells made dirty before it hold nothing yet.
+				for _, k := range fresh {
+					delete(sp.cells, k)
+				}
 				return 0, err
 			}
 		} else {
 			sp.cells[i] = &cell{}
+			fresh = append(fresh, i)
+			if i*sp.C < sp.keep {
+				covered = append(covered, i)
+			}
 		}
 	}
 	sp.sumMu.Lock()
@@ -181,7 +189,10 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		sp.cells[i].changed()
 	}
 	sp.sumMu.Unlock()
-	n, err := sp.f.WriteAt(data, off)
+	n, err := writeAt(sp.f, data, off)
+	if n < len(data) && len(covered) > 0 {
+		n = sp.uncover(covered, off, n)
+	}
 	if e := off + int64(n); e > sp.size {
 		sp.size = e
 	}
@@ -193,6 +204,88 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// uncover repairs the cells that a write meant to cover whole (covered,
+// in order) when it wrote only n bytes at off (a full disk, an I/O
+// error): their committed bytes were not copied in, so the bytes it did
+// not write would read as the spool's holes, zeros, in place of the
+// committed ones. A cell it did not reach reads from the committed
+// version again; the cell where it stopped gets its committed tail copied
+// in, or, if that fails too, reads from the committed version again and
+// the write counts as ending at that cell's start (a shorter write, as
+// POSIX allows). It returns the bytes written.
+func (sp *spool) uncover(covered []int64, off int64, n int) int {
+	w := off + int64(n)
+	for _, i := range covered {
+		a, b := i*sp.C, min(i*sp.C+sp.C, sp.keep)
+		switch {
+		case w >= b:
+			continue // written whole
+		case w <= a:
+			delete(sp.cells, i)
+		default:
+			if err := sp.copyIn(w, b); err != nil {
+				delete(sp.cells, i)
+				w = a
+			}
+		}
+	}
+	return int(w - off)
+}
+
+// writeAt is f.WriteAt, except that a write that fails part way reports
+// the bytes it wrote (os.File.WriteAt reports only those of the calls
+// before the one that failed: a pwrite that wrote some and then hit a
+// full disk counts as none, though its bytes are in the file).
+func writeAt(f *os.File, b []byte, off int64) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, e := syscall.Pwrite(int(fd), b[n:], off+int64(n))
+			if e == syscall.EINTR {
+				continue
+			}
+			if m > 0 {
+				n += m
+			}
+			if e != nil {
+				werr = e
+				break
+			}
+			if m == 0 {
+				werr = io.ErrShortWrite
+				break
+			}
+		}
+		return true
+	}); err != nil {
+		return n, err
+	}
+	if werr != nil {
+		return n, &iofs.PathError{Op: "write", Path: f.Name(), Err: werr}
+	}
+	return n, nil
+}
+
+// copyIn copies the committed bytes of [a, b) into the spool.
+func (sp *spool) copyIn(a, b int64) error {
+	if sp.base == nil {
+		return nil
+	}
+	buf := make([]byte, b-a)
+	if _, err := sp.base.ReadAt(buf, a); err != nil && err != io.EOF {
+		return fmt.Errorf("read committed bytes at %d: %w", a, err)
+	}
+	if _, err := sp.f.WriteAt(buf, a); err != nil {
+		return fmt.Errorf("copy committed bytes at %d to spool: %w", a, err)
+	}
+	return nil
 }
 
 // A large file written in order from its start (cp, a snapshot) is
