@@ -55,28 +55,7 @@ func renamesClient(args []string) error {
 // (Before, the first segment the full disk refused failed every later
 // create, rename and unlink, rm included, until a remount.)
 func TestFullDiskJournalSegment(t *testing.T) {
-	requireRoot(t)
-	disk := testutil.SmallFS(t, "tmpfs", 8<<20)
-	m := &mount{store: filepath.Join(disk, "store"), mnt: filepath.Join(t.TempDir(), "mnt")}
-	if err := os.Mkdir(m.mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	kvfs(t, "init", m.store)
-	logFile := filepath.Join(t.TempDir(), "kvfs.log")
-	m.start(t, "--log-file", logFile)
-	t.Cleanup(func() {
-		if t.Failed() {
-			log, _ := os.ReadFile(logFile)
-			t.Logf("daemon log:\n%s", log)
-		}
-		if isMounted(m.mnt) {
-			if out, err := exec.Command(kvfsBin, "unmount", m.mnt).CombinedOutput(); err != nil {
-				t.Errorf("unmount: %v\n%s", err, out)
-				exec.Command(kvfsBin, "unmount", "--lazy", m.mnt).Run()
-			}
-		}
-		m.check(t)
-	})
+	m, disk, _ := newSmallFSMount(t, "tmpfs", 8<<20)
 	big := fullDiskContent(1, 1<<20+333)
 	small := fullDiskContent(2, 5000)
 	if err := os.WriteFile(m.path("big"), big, 0o644); err != nil {

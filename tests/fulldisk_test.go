@@ -8,7 +8,6 @@ import (
 	"github.com/kvfs/kvfs/internal/testutil"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -148,32 +147,9 @@ func TestFullDisk(t *testing.T) {
 }
 
 func testFullDiskMount(t *testing.T, kind string) {
-	requireRoot(t)
-	disk := testutil.SmallFS(t, kind, 24<<20)
-	m := &mount{store: filepath.Join(disk, "store"), mnt: filepath.Join(t.TempDir(), "mnt")}
-	if err := os.Mkdir(m.mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// Small chunks: a removal changes many chunk records, so many index
 	// pages.
-	kvfs(t, "init", "--chunk-size", "4KiB", m.store)
-	// The daemon logs beside the test, not on the full disk.
-	logFile := filepath.Join(t.TempDir(), "kvfs.log")
-	m.start(t, "--log-file", logFile)
-	t.Cleanup(func() {
-		if t.Failed() {
-			log, _ := os.ReadFile(logFile)
-			t.Logf("daemon log:\n%s", log)
-			t.Log(sh(t, "ls -ls "+m.store+"; df "+disk))
-		}
-		if isMounted(m.mnt) {
-			if out, err := exec.Command(kvfsBin, "unmount", m.mnt).CombinedOutput(); err != nil {
-				t.Errorf("unmount: %v\n%s", err, out)
-				exec.Command(kvfsBin, "unmount", "--lazy", m.mnt).Run()
-			}
-		}
-		m.check(t)
-	})
+	m, disk, logFile := newSmallFSMount(t, kind, 24<<20, "--chunk-size", "4KiB")
 	sh(t, fmt.Sprintf("mkdir %[1]s/d0 %[1]s/d1 %[1]s/d2", m.mnt))
 	runClientOK(t, "engine", m.path("d0"), "whole", "300")
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -21,31 +20,10 @@ import (
 // with cell-aligned and unaligned writes, on a filler that leaves a few
 // pages, so that some writes stop part way.
 func TestShortWriteKeepsCommittedBytes(t *testing.T) {
-	requireRoot(t)
 	const C = 64 << 10
 	for k, w := range []struct{ off, n int64 }{{5 * C, 2 * C}, {5*C - 1000, 3*C + 2000}, {3 * C, 6 * C}} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			disk := testutil.SmallFS(t, "tmpfs", 8<<20)
-			m := &mount{store: filepath.Join(disk, "store"), mnt: filepath.Join(t.TempDir(), "mnt")}
-			if err := os.Mkdir(m.mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			kvfs(t, "init", "--chunk-size", "64KiB", m.store)
-			logFile := filepath.Join(t.TempDir(), "kvfs.log")
-			m.start(t, "--log-file", logFile)
-			t.Cleanup(func() {
-				if t.Failed() {
-					log, _ := os.ReadFile(logFile)
-					t.Logf("daemon log:\n%s", log)
-				}
-				if isMounted(m.mnt) {
-					if out, err := exec.Command(kvfsBin, "unmount", m.mnt).CombinedOutput(); err != nil {
-						t.Errorf("unmount: %v\n%s", err, out)
-						exec.Command(kvfsBin, "unmount", "--lazy", m.mnt).Run()
-					}
-				}
-				m.check(t)
-			})
+			m, disk, _ := newSmallFSMount(t, "tmpfs", 8<<20, "--chunk-size", "64KiB")
 			old := fullDiskContent(uint64(10+k), 1_500_000)
 			if err := os.WriteFile(m.path("A"), old, 0o644); err != nil {
 				t.Fatal(err)
