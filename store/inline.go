@@ -107,7 +107,7 @@ func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int
 		b = binary.AppendUvarint(b, uint64(r[0]))
 		b = binary.AppendUvarint(b, uint64(r[1]))
 		at := len(b)
-		b = append(b, make([]byte, r[1])...)
+		b = b[:at+int(r[1])] // within the capacity reserved above
 		if err := read(r[0], r[1], b[at:]); err != nil {
 			return nil, err
 		}
