@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	iofs "io/fs"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -125,7 +126,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	defer f.mu.Unlock()
 	var fi *store.FileInfo
 	if f.fsys.killpriv && killsPrivs(in) {
-		killed, e := f.killPrivs()
+		killed, e := f.killPrivs(ctx, in)
 		if e != 0 {
 			return e
 		}
@@ -177,14 +178,15 @@ func killsPrivs(in *fuse.SetAttrIn) bool {
 	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 || in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER|fuse.FATTR_CTIME) == 0
 }
 
-// killedMode is m as a write, truncate or chown leaves it (the kernel's
-// rule, setattr_should_drop_suidgid): without set-user-ID, and without
-// set-group-ID if the group may execute the file. A set-group-ID bit
-// without group execute marks the file for mandatory locking, not a
-// privilege, and stays.
-func killedMode(m iofs.FileMode) iofs.FileMode {
+// killedMode is m as a write, truncate or chown by a caller in group
+// inGroup leaves it (the kernel's rule, setattr_should_drop_suidgid):
+// without set-user-ID, and without set-group-ID if the group may execute
+// the file or the caller is not in the file's group. (A set-group-ID bit
+// without group execute, once marking files for mandatory locking, stays
+// when a member of the group writes.)
+func killedMode(m iofs.FileMode, inGroup func() bool) iofs.FileMode {
 	m &^= iofs.ModeSetuid
-	if m&0o010 != 0 {
+	if m&iofs.ModeSetgid != 0 && (m&0o010 != 0 || !inGroup()) {
 		m &^= iofs.ModeSetgid
 	}
 	return m
@@ -196,15 +198,33 @@ func killedMode(m iofs.FileMode) iofs.FileMode {
 // the inode, and a (journaled, unsynced) transaction only for the rare file
 // with a set-ID bit. A commit pending keeps the kill's ctime, as keepTimes
 // does a setattr's. Called with f.mu held.
-func (f *fileNode) killPrivs() (*store.FileInfo, syscall.Errno) {
+//
+// A kill the kernel asks for (FATTR_KILL_SUIDGID: a write, a truncation)
+// was allowed by the kernel's checks. A setattr without attributes is
+// also a chown(f, -1, -1), which the kernel passes on unchecked: from a
+// caller who neither owns the file nor may write it, it fails with EPERM
+// on a file with a set-ID bit to clear, as on a disk filesystem (where
+// the kill becomes a mode change that needs the owner), and changes
+// nothing.
+func (f *fileNode) killPrivs(ctx context.Context, in *fuse.SetAttrIn) (*store.FileInfo, syscall.Errno) {
 	fi, err := f.fsys.s.StatIno(f.ino.Load())
 	if err != nil {
 		return nil, f.stale("getattr", err)
 	}
 	m := fi.Mode &^ iofs.ModeType
-	k := killedMode(m)
+	var c *store.Cred
+	k := killedMode(m, func() bool {
+		c = cred(ctx)
+		return c == nil || c.UID == 0 || c.GID == fi.GID || slices.Contains(c.Groups, fi.GID)
+	})
 	if k == m {
 		return nil, 0
+	}
+	if c == nil {
+		c = cred(ctx)
+	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID == 0 && !c.MayChangeMode(fi) {
+		return nil, syscall.EPERM
 	}
 	if fi, err = f.fsys.s.SetAttr(f.ino.Load(), store.AttrChange{Mode: &k}); err != nil {
 		return nil, f.stale("clear set-ID bits", err)

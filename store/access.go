@@ -54,6 +54,13 @@ func (c *Cred) may(m fs.FileMode, uid, gid uint32, want uint32) bool {
 	return bits&want == want
 }
 
+// MayChangeMode reports whether c may clear the set-ID bits of a file
+// without being asked to write it: as its owner or root (chmod's rule), or
+// as one who may write it (and so could clear them by writing).
+func (c *Cred) MayChangeMode(fi *FileInfo) bool {
+	return c == nil || c.UID == 0 || c.UID == fi.UID || c.may(fi.Mode, fi.UID, fi.GID, mayWrite)
+}
+
 // mayInode is may for inode n.
 func (c *Cred) mayInode(n *manifest.Inode, want uint32) bool {
 	return c.may(n.Mode, n.UID, n.GID, want)
