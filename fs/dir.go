@@ -35,6 +35,7 @@ func (d *dirNode) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAt
 		return e
 	}
 	fillAttr(fi, &out.Attr)
+	out.Ino = d.StableAttr().Ino // the reply is cached (fileNode.Setattr)
 	return 0
 }
 

@@ -113,6 +113,9 @@ func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 }
 
 func (f *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	// The reply's attributes are cached (rawReplies.SetAttr): go-fuse
+	// fills in the inode number of a getattr's, not of a setattr's.
+	defer func() { out.Ino = f.StableAttr().Ino }()
 	timesDone := false
 	if size, ok := in.GetSize(); ok {
 		var e syscall.Errno
