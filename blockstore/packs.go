@@ -125,6 +125,14 @@ func (d *Dir) Packs() (map[uint32]int64, error) {
 			continue
 		}
 		fi, err := e.Info()
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// A pack moved elsewhere and linked: its size is the
+			// target's, as reads (which follow the link) see it. A
+			// dangling link is a missing pack.
+			if fi, err = os.Stat(filepath.Join(d.path, e.Name())); errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list packs %s: %w", d.path, err)
 		}

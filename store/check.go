@@ -184,12 +184,22 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 			}
 			delete(refs, id)
 			p, ok := packs[c.Loc.Pack]
-			if !ok || c.Loc.Off < 0 || c.Loc.Len <= 0 || c.Loc.End() > p.Committed {
+			size, onFile := onDisk[c.Loc.Pack]
+			switch {
+			case !ok || c.Loc.Off < 0 || c.Loc.Len <= 0:
 				add(Problem{Kind: ProblemLost, Chunk: id, Loc: c.Loc,
-					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) outside the committed %d bytes", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, p.Committed)})
-			} else if size, ok := onDisk[c.Loc.Pack]; ok && c.Loc.End() > size {
+					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d): no such pack in the index", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len)})
+			case onFile && c.Loc.End() > size:
 				add(Problem{Kind: ProblemLost, Chunk: id, Loc: c.Loc,
 					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) past the end of the pack file (%d bytes)", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, size)})
+			case c.Loc.End() > p.Committed && !onFile:
+				add(Problem{Kind: ProblemLost, Chunk: id, Loc: c.Loc,
+					Msg: fmt.Sprintf("chunk %s at pack %d [%d,+%d) outside the committed %d bytes", id, c.Loc.Pack, c.Loc.Off, c.Loc.Len, p.Committed)})
+			case c.Loc.End() > p.Committed:
+				// The bytes are in the file: the pack's record is wrong
+				// (Repair raises its committed length), not the chunk.
+				add(Problem{Kind: ProblemPack, Pack: c.Loc.Pack, Chunk: id, Loc: c.Loc,
+					Msg: fmt.Sprintf("pack %s: chunk %s at [%d,+%d) lies past the committed length %d, inside the file", s.packs.Path(c.Loc.Pack), id, c.Loc.Off, c.Loc.Len, p.Committed)})
 			}
 			return nil
 		})

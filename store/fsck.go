@@ -315,7 +315,11 @@ func (s *Store) Repair(ctx context.Context, problems []Problem) (*RepairResult, 
 		}
 		var fixes []chunkFix
 		live := map[uint32]int64{}
+		ends := map[uint32]int64{} // the end of each pack's last chunk kept
 		err = tx.ForEachChunk(func(id blockstore.ID, c manifest.Chunk) error {
+			if !lost[id] && refs[id] > 0 {
+				ends[c.Loc.Pack] = max(ends[c.Loc.Pack], c.Loc.End())
+			}
 			switch want := refs[id]; {
 			case lost[id] || want == 0:
 				fixes = append(fixes, chunkFix{id: id, c: c, drop: true})
@@ -370,6 +374,10 @@ func (s *Store) Repair(ctx context.Context, problems []Problem) (*RepairResult, 
 			want := p
 			if ok && size < p.Committed {
 				want.Committed = size
+			}
+			if ends[pack] > want.Committed && (!ok || ends[pack] <= size) {
+				// Its chunks lie in the file past a damaged length.
+				want.Committed = ends[pack]
 			}
 			want.Dead = want.Committed - live[pack]
 			if want != p {

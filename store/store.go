@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -338,6 +340,7 @@ func (s *Store) recover() error {
 	}
 	s.untaintCommitted(states)
 	var dead []uint32
+	tails := map[uint32]int64{} // packs longer than committed: their lengths
 	for pack, size := range onDisk {
 		st, ok := states[pack]
 		if !ok {
@@ -354,7 +357,42 @@ func (s *Store) recover() error {
 		}
 		committed := st.Committed
 		if size > committed {
-			s.log.Info("recover: cutting uncommitted pack tail", "pack", s.packs.Path(pack), "size", size, "committed", committed)
+			tails[pack] = committed
+		}
+	}
+	if len(tails) > 0 || len(dead) > 0 {
+		// Bytes past a pack's committed length are an ingest's that did
+		// not commit, and go; unless the index holds a chunk there: then
+		// the length is what is wrong (a damaged index), and cutting
+		// would destroy committed bytes. Such a pack is left as it is,
+		// takes no new ingest, and waits for kvfs fsck --repair. So is a
+		// pack whose record says it is all dead while a chunk lies in it.
+		scan := maps.Clone(tails)
+		for _, pack := range dead {
+			scan[pack] = 0
+		}
+		ends, err := s.chunkEnds(scan)
+		if err != nil {
+			return err
+		}
+		dead = slices.DeleteFunc(dead, func(pack uint32) bool {
+			if ends[pack] == 0 {
+				return false
+			}
+			s.log.Error("recover: a pack recorded as all dead holds a chunk; not removing it (run kvfs fsck)",
+				"pack", s.packs.Path(pack), "chunk_end", ends[pack])
+			s.taintPack(pack, math.MaxUint64, math.MaxInt64)
+			delete(tails, pack)
+			return true
+		})
+		for pack, committed := range tails {
+			if ends[pack] > committed {
+				s.log.Error("recover: a chunk lies past the pack's committed length; not cutting it (run kvfs fsck)",
+					"pack", s.packs.Path(pack), "committed", committed, "chunk_end", ends[pack])
+				s.taintPack(pack, math.MaxUint64, math.MaxInt64)
+				continue
+			}
+			s.log.Info("recover: cutting uncommitted pack tail", "pack", s.packs.Path(pack), "size", onDisk[pack], "committed", committed)
 			if err := s.packs.Truncate(pack, committed); err != nil {
 				return err
 			}
@@ -400,6 +438,25 @@ func (s *Store) recover() error {
 		}
 	}
 	return nil
+}
+
+// chunkEnds returns, for each of packs, the end of its last chunk in the
+// index (a scan of every chunk record: recovery calls it only when a pack
+// is longer than its committed length).
+func (s *Store) chunkEnds(packs map[uint32]int64) (map[uint32]int64, error) {
+	ends := map[uint32]int64{}
+	err := s.db.View(func(tx *manifest.Tx) error {
+		return tx.ForEachChunk(func(_ blockstore.ID, c manifest.Chunk) error {
+			if _, ok := packs[c.Loc.Pack]; ok {
+				ends[c.Loc.Pack] = max(ends[c.Loc.Pack], c.Loc.End())
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recover: read chunk records: %w", err)
+	}
+	return ends, nil
 }
 
 // checkpoint writes the index's journal records to bbolt now. On a full
