@@ -510,6 +510,38 @@ func (j *Journal) prepareSpare() {
 	})
 }
 
+// Ready waits until the segment made ahead in the background (the next
+// one the log will switch to) is on disk. A new segment is written whole
+// (zeros, then an fsync), tens of MiB: made while the first syncs run, it
+// competes with them for the disk, and a switch that comes before it is
+// done waits for it. Calling Ready once after Open moves that wait out of
+// the way of the first commits. An error (a full disk) leaves the segment
+// to be made again at the switch.
+func (j *Journal) Ready() error {
+	j.mu.Lock()
+	if err := j.usable("ready"); err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	for j.busy {
+		j.cond.Wait()
+	}
+	j.busy = true
+	j.mu.Unlock()
+	var err error
+	if j.spare != nil {
+		res := <-j.spare
+		j.spare = nil
+		if err = res.err; err == nil {
+			j.free = append(j.free, res.s)
+		}
+	}
+	j.mu.Lock()
+	j.release()
+	j.mu.Unlock()
+	return err
+}
+
 // waitSpare waits for the background segment and closes it (it stays on
 // disk, free). Writer role held or journal not shared.
 func (j *Journal) waitSpare() {

@@ -261,6 +261,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)
 	}
 	s.reserve.fill()
+	if s.jlog != nil {
+		if j, err := s.jlog.get(); err == nil {
+			if err := j.Ready(); err != nil {
+				s.log.Warn("journal: the next segment could not be made ahead; it is made when needed", "err", err)
+			}
+		}
+	}
 	s.opened = true
 	return s, nil
 }
