@@ -91,6 +91,12 @@ func TestAttrsAfterCommit(t *testing.T) {
 // exit status, which only says that some name went, is not.
 const lsLoop = "ls -l %[1]s 2>&1 >/dev/null | grep -v 'No such file or directory' >&2; true"
 
+// lsLoopVolatile is lsLoop in a directory whose name x is unlinked and
+// written again in a tight loop: its lstat may also fail with ESTALE (the
+// known gap in docs/READPATH.md: the kernel's entry names an inode the
+// daemon has released, and the VFS's one retry meets the next unlink).
+const lsLoopVolatile = "ls -l %[1]s 2>&1 >/dev/null | grep -v 'No such file or directory' | grep -v '/x: Stale file handle' >&2; true"
+
 // TestReadWriteListStress runs everything at once for 60 s (KVFS_STRESS) in
 // two directories: engine-protocol writers (tmp, fsync, close, rename,
 // read back) into their own names and into names they share, a writer
@@ -134,7 +140,7 @@ func TestReadWriteListStress(t *testing.T) {
 	p.client("iwrite", append([]string{"rename,dedup", "4"}, in("r")...)...)
 	p.client("iwrite", append([]string{"unlink,dedup", "5"}, volatile...)...)
 	for _, dir := range dirs {
-		p.loop(fmt.Sprintf(lsLoop, dir))
+		p.loop(fmt.Sprintf(lsLoopVolatile, dir))
 		p.loop(fmt.Sprintf("stat %s/u0 %[1]s/s0 %[1]s/r >/dev/null", dir))
 	}
 	readable := append([]string(nil), stable...)
