@@ -444,8 +444,20 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if err := w.fsys.s.MayOpen(w.ino, cred(ctx)); err != nil {
+	c := cred(ctx)
+	if err := w.fsys.s.MayOpen(w.ino, c); err != nil {
 		return nil, 0, w.fsys.denied("open", err)
+	}
+	// And the directory it was found in, as it is now: the kernel may
+	// still hold the name's entry and the directory's attributes from
+	// before a chmod 0700 of the original (for up to a jiffy: their
+	// timeout, a nanosecond, rounds up), and then sends no lookup for
+	// the daemon to refuse. (Narrower than a disk, where a descriptor
+	// reopened through /proc needs no search of the directory.)
+	if up, _ := placeOf(&w.Inode); up != nil {
+		if err := w.fsys.s.MaySearch(up.ino, c); err != nil {
+			return nil, 0, w.fsys.denied("open", err)
+		}
 	}
 	v, fi, err := w.view(ctx)
 	if err != nil {
