@@ -324,6 +324,19 @@ func (j *Journal) usable(op string) error {
 	return nil
 }
 
+// takeWriter waits for the writer role and takes it, unless the journal
+// cannot be used for op. mu held.
+func (j *Journal) takeWriter(op string) error {
+	if err := j.usable(op); err != nil {
+		return err
+	}
+	for j.busy {
+		j.cond.Wait()
+	}
+	j.busy = true
+	return nil
+}
+
 // release gives the writer role back. mu held.
 func (j *Journal) release() {
 	j.busy = false
@@ -519,14 +532,10 @@ func (j *Journal) prepareSpare() {
 // to be made again at the switch.
 func (j *Journal) Ready() error {
 	j.mu.Lock()
-	if err := j.usable("ready"); err != nil {
+	if err := j.takeWriter("ready"); err != nil {
 		j.mu.Unlock()
 		return err
 	}
-	for j.busy {
-		j.cond.Wait()
-	}
-	j.busy = true
 	j.mu.Unlock()
 	var err error
 	if j.spare != nil {
@@ -561,14 +570,10 @@ func (j *Journal) waitSpare() {
 // stops the replay and is returned as is.
 func (j *Journal) Replay(after uint64, fn func(seq uint64, payload []byte) error) error {
 	j.mu.Lock()
-	if err := j.usable("replay"); err != nil {
+	if err := j.takeWriter("replay"); err != nil {
 		j.mu.Unlock()
 		return err
 	}
-	for j.busy {
-		j.cond.Wait()
-	}
-	j.busy = true
 	var err error
 	if len(j.buf) > 0 {
 		err = j.flushLocked(false)
@@ -621,14 +626,10 @@ func (j *Journal) replay(after uint64, fn func(seq uint64, payload []byte) error
 // segments contiguous.
 func (j *Journal) Truncate(upto uint64) error {
 	j.mu.Lock()
-	if err := j.usable("truncate"); err != nil {
+	if err := j.takeWriter("truncate"); err != nil {
 		j.mu.Unlock()
 		return err
 	}
-	for j.busy {
-		j.cond.Wait()
-	}
-	j.busy = true
 	j.mu.Unlock()
 	err := j.truncate(upto)
 	j.mu.Lock()
