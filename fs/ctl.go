@@ -26,14 +26,19 @@ import (
 //	                     whole-layout file: a blocks-layout manifest
 //	                     resolved into its tensors (hashes computed on
 //	                     first open, then cached); other files as they are
+//	/.kvfs/prefix/<path>@<N>  the snapshot <path> (either layout) cut to
+//	                     its first N tokens, as a whole-layout file
+//	                     served from the original's bytes (prefixview.go);
+//	                     an N its kinds do not allow is ENOENT
 const ctlName = ".kvfs"
 
 // Inode numbers of the virtual tree, far above the store's.
 const (
-	ctlIno      = 1 << 62
-	ctlStatsIno = ctlIno + 1
-	ctlWholeIno = ctlIno + 2
-	ctlMirror   = ctlIno + 1<<40 // + store inode: mirrors in whole/
+	ctlIno       = 1 << 62
+	ctlStatsIno  = ctlIno + 1
+	ctlWholeIno  = ctlIno + 2
+	ctlPrefixIno = ctlIno + 3
+	ctlMirror    = ctlIno + 1<<40 // + store inode: mirrors in whole/
 )
 
 type ctlDir struct {
@@ -68,24 +73,41 @@ func (fsys *FS) ctlAttr(a *fuse.Attr, mode uint32) syscall.Errno {
 
 func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	switch name {
-	case "stats":
-		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444); e != 0 {
+	case "match": // match.go
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
 			return nil, e
 		}
-		return d.NewInode(ctx, &statsFile{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlStatsIno}), 0
+		return d.NewInode(ctx, &matchDir{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMatchIno}), 0
+	case "stats":
+		f := &statsFile{fsys: d.fsys}
+		// Its size as of now, as Getattr gives it: the kernel answers the
+		// first stat from the lookup's attributes (they said 0 before).
+		var a fuse.AttrOut
+		if e := f.Getattr(ctx, nil, &a); e != 0 {
+			return nil, e
+		}
+		out.Attr = a.Attr
+		return d.NewInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlStatsIno}), 0
 	case "whole":
 		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
 			return nil, e
 		}
 		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: 1}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlWholeIno}), 0
+	case "prefix":
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
+			return nil, e
+		}
+		return d.NewInode(ctx, &mirrorDir{fsys: d.fsys, ino: 1, prefix: true}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlPrefixIno}), 0
 	}
 	return nil, syscall.ENOENT
 }
 
 func (d *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream(append(dotEntries(&d.Inode, 2),
+	return gofs.NewListDirStream(append(dotEntries(&d.Inode, 3),
+		fuse.DirEntry{Name: "match", Mode: syscall.S_IFDIR, Ino: ctlMatchIno},
 		fuse.DirEntry{Name: "stats", Mode: syscall.S_IFREG, Ino: ctlStatsIno},
 		fuse.DirEntry{Name: "whole", Mode: syscall.S_IFDIR, Ino: ctlWholeIno},
+		fuse.DirEntry{Name: "prefix", Mode: syscall.S_IFDIR, Ino: ctlPrefixIno},
 	)), 0
 }
 
@@ -142,6 +164,9 @@ type mirrorDir struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store directory
+	// prefix: a directory of /.kvfs/prefix, whose files are views
+	// name@N (lookupPrefix) and which lists its directories only.
+	prefix bool
 }
 
 // placeOf is where a node of the view tree was last looked up, as go-fuse's
@@ -249,14 +274,18 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err := d.fsys.s.MaySearch(d.ino, cred(ctx)); err != nil {
 		return nil, d.fsys.denied("lookup", err)
 	}
+	if d.prefix {
+		return d.lookupPrefix(ctx, name, out)
+	}
 	// Without the path (built from the root up, the depth in index
 	// reads): a walk down the view pays it at every name.
 	fi, err := d.fsys.s.LookupAttr(d.ino, name)
 	if err == nil && !fi.IsDir() {
-		fi, err = d.fsys.s.Lookup(d.ino, name) // its path names it in errors and logs
+		// Leased (lease); its path names it in errors and logs.
+		fi, err = d.fsys.lookupLeased(ctx, d.ino, name)
 	}
 	if err != nil {
-		return nil, d.fsys.errno("lookup", err)
+		return nil, d.fsys.lookupErrno(err)
 	}
 	if fi.IsDir() {
 		fillAttr(fi, &out.Attr) // the original's owner and mode
@@ -265,12 +294,13 @@ func (d *mirrorDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	// A view node shows one committed version: immutable, so its
 	// attributes and pages stay valid while the kernel keeps them.
-	w := &wholeFile{fsys: d.fsys, ino: fi.Ino}
+	w := &wholeFile{fsys: d.fsys, ino: fi.Ino, found: fi}
 	v, fi, err := w.resolve(ctx, d, fi)
 	if err != nil {
 		return nil, w.viewErrno(err)
 	}
 	w.attr(v, fi, &out.Attr)
+	d.fsys.walks.looked(ctx, ctlMirror+fi.Ino)
 	return d.NewInode(ctx, w, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ctlMirror + fi.Ino}), 0
 }
 
@@ -287,7 +317,12 @@ func (d *mirrorDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 	}
 	list := dotEntries(&d.Inode, len(ents))
 	for _, e := range ents {
-		list = append(list, fuse.DirEntry{Name: e.Name, Ino: ctlMirror + e.Ino, Mode: unixMode(e.Mode)})
+		switch {
+		case !d.prefix:
+			list = append(list, fuse.DirEntry{Name: e.Name, Ino: ctlMirror + e.Ino, Mode: unixMode(e.Mode)})
+		case e.Mode.IsDir():
+			list = append(list, fuse.DirEntry{Name: e.Name, Ino: ctlPrefixDirs + e.Ino, Mode: unixMode(e.Mode)})
+		}
 	}
 	return gofs.NewListDirStream(list), 0
 }
@@ -298,6 +333,8 @@ type wholeFile struct {
 	gofs.Inode
 	fsys *FS
 	ino  uint64 // the store file
+	// found is the version as its lookup found it (see prefixFile).
+	found *store.FileInfo
 }
 
 // goneError is the version a view node shows, gone (replaced or removed).
@@ -368,6 +405,18 @@ func (w *wholeFile) view(ctx context.Context) (*mlx.WholeView, *store.FileInfo, 
 	return w.resolve(ctx, up, fi)
 }
 
+// walked is view for a getattr or an open; see prefixFile.walked.
+func (w *wholeFile) walked(ctx context.Context, open bool) (*mlx.WholeView, *store.FileInfo, error) {
+	v, fi, err := w.view(ctx)
+	var gone *goneError
+	if w.fsys.walks.recent(ctx, w.StableAttr().Ino, open) && errors.As(err, &gone) {
+		if up, _ := placeOf(&w.Inode); up != nil {
+			v, fi, err = w.resolve(ctx, up, w.found)
+		}
+	}
+	return v, fi, err
+}
+
 // resolve returns the resolved snapshot of version fi in directory up (where
 // its blocks/ is), or nil for a file shown as is.
 func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileInfo) (*mlx.WholeView, *store.FileInfo, error) {
@@ -419,7 +468,15 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 }
 
 func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	v, fi, err := w.view(ctx)
+	// An open view (fstat) is the version it holds, even once the
+	// original's name leads elsewhere, as an open file on a disk (and as
+	// prefix views, where a red team saw ESTALE).
+	if r, ok := fh.(*wholeReader); ok {
+		w.attr(r.v, r.fi, &out.Attr)
+		out.SetTimeout(entryTimeout)
+		return 0
+	}
+	v, fi, err := w.walked(ctx, false)
 	if err != nil {
 		return w.viewErrno(err)
 	}
@@ -440,26 +497,35 @@ func (w *wholeFile) attr(v *mlx.WholeView, fi *store.FileInfo, a *fuse.Attr) {
 	}
 }
 
-func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+// mayOpenView checks an open of a view file (read-only) of the original
+// ino, found as node: the caller may open the original, and may search
+// the directory it was found in, as it is now: the kernel may still hold
+// the name's entry and the directory's attributes from before a chmod
+// 0700 of the original (for up to a jiffy: their timeout, a nanosecond,
+// rounds up), and then sends no lookup for the daemon to refuse.
+// (Narrower than a disk, where a descriptor reopened through /proc needs
+// no search of the directory.)
+func (fsys *FS) mayOpenView(ctx context.Context, node *gofs.Inode, ino uint64, flags uint32) syscall.Errno {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
-		return nil, 0, syscall.EROFS
+		return syscall.EROFS
 	}
 	c := cred(ctx)
-	if err := w.fsys.s.MayOpen(w.ino, c); err != nil {
-		return nil, 0, w.fsys.denied("open", err)
+	if err := fsys.s.MayOpen(ino, c); err != nil {
+		return fsys.denied("open", err)
 	}
-	// And the directory it was found in, as it is now: the kernel may
-	// still hold the name's entry and the directory's attributes from
-	// before a chmod 0700 of the original (for up to a jiffy: their
-	// timeout, a nanosecond, rounds up), and then sends no lookup for
-	// the daemon to refuse. (Narrower than a disk, where a descriptor
-	// reopened through /proc needs no search of the directory.)
-	if up, _ := placeOf(&w.Inode); up != nil {
-		if err := w.fsys.s.MaySearch(up.ino, c); err != nil {
-			return nil, 0, w.fsys.denied("open", err)
+	if up, _ := placeOf(node); up != nil {
+		if err := fsys.s.MaySearch(up.ino, c); err != nil {
+			return fsys.denied("open", err)
 		}
 	}
-	v, fi, err := w.view(ctx)
+	return 0
+}
+
+func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if e := w.fsys.mayOpenView(ctx, &w.Inode, w.ino, flags); e != 0 {
+		return nil, 0, e
+	}
+	v, fi, err := w.walked(ctx, true)
 	if err != nil {
 		return nil, 0, w.viewErrno(err)
 	}
@@ -468,20 +534,37 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 		if err != nil {
 			return nil, 0, w.fsys.stale("open", err)
 		}
+		// Keeping the kernel's pages is right on every platform,
+		// macFUSE (which keeps them whatever the open answers)
+		// included: a view node is one version of its file (its
+		// inode number is the version's), and versions never change.
 		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
 	}
 	up, _ := placeOf(&w.Inode)
 	if up == nil {
 		return nil, 0, syscall.ESTALE
 	}
-	return &wholeReader{v: v, path: fi.Path, src: &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}}, fuse.FOPEN_KEEP_CACHE, 0
+	// The open view holds the manifest's version, as an open file holds
+	// its own: the evictor passes over a held file, and the blocks a
+	// manifest lists stay while it does (before, capacity eviction
+	// removed the manifest and then its blocks under an open view, whose
+	// reads then failed with ESTALE: red team, F5).
+	held, err := w.fsys.s.OpenIno(fi.Ino)
+	if err != nil {
+		return nil, 0, w.fsys.stale("open", err)
+	}
+	// Kept pages, as above: one version, resolved from content-addressed
+	// blocks, which never change either.
+	return &wholeReader{v: v, fi: fi, path: fi.Path, held: held, src: &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // wholeReader reads a resolved snapshot: prefix bytes, block ranges, zeros.
 type wholeReader struct {
 	v    *mlx.WholeView
-	path string     // the snapshot, for errors
-	mu   sync.Mutex // guards src's open blocks
+	path string          // the snapshot, for errors
+	held *store.File     // the manifest's version, held while open
+	fi   *store.FileInfo // and its attributes, for fstat
+	mu   sync.Mutex      // guards src's open blocks
 	src  *blockSource
 }
 
@@ -517,6 +600,7 @@ func (r *wholeReader) Release(ctx context.Context) syscall.Errno {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.src.close()
+	r.held.Close()
 	return 0
 }
 

@@ -173,15 +173,12 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return d.fsys.errno("unlink", d.fsys.s.RemoveAt(d.ino.Load(), name, false))
 }
 
-// Rename flags of renameat2(2).
-const (
-	renameNoReplace = 1
-	renameExchange  = 2
-)
-
+// Rename's flags are the platform's (renameflags.go): renameat2(2)'s on
+// Linux, renamex_np(2)'s on macOS.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	if flags&renameExchange != 0 || flags&^renameNoReplace != 0 {
-		return syscall.EINVAL
+	noReplace, e := decodeRename(flags, hostPlatform().rename)
+	if e != 0 {
+		return e
 	}
 	np, ok := newParent.(*dirNode)
 	if !ok {
@@ -190,8 +187,26 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	if d.reserved(name) || np.reserved(newName) {
 		return syscall.EPERM
 	}
-	err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, flags&renameNoReplace != 0)
-	return d.fsys.errno("rename", err)
+	ch := d.GetChild(name)
+	if err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, noReplace); err != nil {
+		return d.fsys.errno("rename", err)
+	}
+	if f, ok := nodeOps(ch).(*fileNode); ok {
+		oldDir, _ := d.Parent()
+		newDir, _ := np.Parent()
+		if store.IndexedOnRename(oldDir, name, newDir, newName) {
+			f.reclassify(ctx, newName)
+		}
+	}
+	return 0
+}
+
+// nodeOps is ch's node, or nil for none.
+func nodeOps(ch *gofs.Inode) gofs.InodeEmbedder {
+	if ch == nil {
+		return nil
+	}
+	return ch.Operations()
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {

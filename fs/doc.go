@@ -3,7 +3,9 @@
 // into a store call and a store error into an errno (errno.go, the one
 // mapping).
 //
-// Writes go to a spool file per file being written; the spool is ingested
+// Writes go to a spool per file being written (in memory for a file of up
+// to 1 MiB, within a bound for the daemon; in a spool file past it: see
+// memspool.go); the spool is ingested
 // when the writer calls fsync and when the last writer's handle is flushed
 // or released, so the engine's protocol (write a tmp file, fsync, rename)
 // commits before the rename. Each commit gives the content a new store
@@ -12,7 +14,8 @@
 //
 // Committed files are immutable, so opens keep the kernel's page cache
 // (FOPEN_KEEP_CACHE) unless the node's content changed since its last
-// open, and entries, attributes and missing names (negative entries) get
+// open (macFUSE ignores KEEP_CACHE, so there a changed version purges
+// the pages instead: opencache.go), and entries, attributes and missing names (negative entries) get
 // long timeouts: every change goes through this daemon, and the kernel
 // learns of it from the operation itself, or from Server.Invalidate for
 // changes made through the control socket. Names that appear without

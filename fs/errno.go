@@ -60,7 +60,8 @@ func mapErrno(log *slog.Logger, op string, err error) syscall.Errno {
 	case errors.Is(err, iofs.ErrPermission), errors.Is(err, store.ErrReadOnly):
 		return syscall.EPERM
 	case errors.Is(err, store.ErrNoAttr):
-		return syscall.ENODATA
+		// ENODATA on Linux, ENOATTR on macOS (platform.go).
+		return hostPlatform().noAttr
 	case errors.Is(err, store.ErrXattrTooBig):
 		return syscall.E2BIG
 	case errors.Is(err, store.ErrXattrNoSpace):

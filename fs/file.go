@@ -25,8 +25,9 @@ type fileNode struct {
 	// nil when no one writes.
 	sp      *spool
 	writers int
-	// version counts commits; cached is the version whose pages the
-	// kernel may hold, so an open after a commit drops them.
+	// version counts commits, and writes dropped uncommitted
+	// (dropSpool); cached is the version whose pages the kernel may
+	// hold, so an open after either drops them.
 	version, cached uint64
 	// held is the store inode this node holds open while it is written
 	// (see store.Hold), 0 if none.
@@ -57,7 +58,7 @@ func (f *fileNode) unlock() {
 	f.committed = false
 	f.mu.Unlock()
 	if notify {
-		if e := f.NotifyContent(0, 0); e != 0 && e != syscall.ENOENT && e != syscall.ENOSYS {
+		if e := f.fsys.notifyContent(&f.Inode); e != 0 && e != syscall.ENOENT && e != syscall.ENOSYS {
 			f.fsys.log.Warn("invalidate the kernel's cache after a commit", "ino", f.storeIno(), "errno", e)
 		}
 	}
@@ -341,7 +342,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 			return f.stale("open for write", err)
 		}
 	}
-	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || f.chunkedWhole())
+	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || f.chunkedWhole(), f.fsys.memSpools)
 	if err != nil {
 		if base != nil {
 			base.Close()
@@ -367,8 +368,18 @@ func (f *fileNode) chunkedWhole() bool {
 
 // dropSpool discards the spool: its file, unless the store adopted it as
 // a pack, and its pin of the committed version. Called with f.mu held.
+//
+// A spool dropped with changes no commit stored (the commit failed:
+// ENOSPC, EIO) leaves the writes in the kernel's pages, which the file's
+// content no longer has: they are dropped as a commit's are (the
+// notification, and the next open, which sees another version), so that
+// no reader is served bytes that were never stored.
 func (f *fileNode) dropSpool(adopted bool) {
 	if f.sp != nil {
+		if f.sp.dirty {
+			f.version++
+			f.committed = true
+		}
 		f.sp.close(!adopted)
 		f.sp = nil
 		f.writing.Store(false)
@@ -478,10 +489,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	f.readers++
-	var fl uint32
-	if f.cached == f.version {
-		fl = fuse.FOPEN_KEEP_CACHE
-	}
+	// The kernel's pages are this version's, or are dropped (opencache.go).
+	fl := openCacheFlags(f.fsys.pageCache, f.cached == f.version)
 	f.cached = f.version
 	return &reader{node: f, fsys: f.fsys}, fl, 0
 }

@@ -39,6 +39,20 @@ type Options struct {
 	// asks for security.capability before every write(2) (for measuring
 	// what handling it in the daemon saves; see killPrivs).
 	NoKillpriv bool
+	// NoMemSpool keeps every spool in a file, as before small files'
+	// spools were held in memory (memspool.go): for tests that need a
+	// descriptor per file open for writing, and for measurements.
+	NoMemSpool bool
+	// KernelOptions are mount options for the kernel, as mount(8) takes
+	// them: ro (the kernel refuses every change with EROFS), noexec,
+	// nosuid, nodev and their opposites.
+	KernelOptions []string
+	// SimulateDarwin makes the mount behave as the darwin build does
+	// where Linux can (simdarwin.go): no notifications, macFUSE's page
+	// cache across opens, no splice, writeback cache, READDIRPLUS or
+	// killpriv. For tests of the darwin strategy on a real kernel
+	// (kvfs mount --simulate-darwin, which also sets macOS's Timeout).
+	SimulateDarwin bool
 }
 
 // FS is a mounted store.
@@ -47,6 +61,12 @@ type FS struct {
 	log   *slog.Logger
 	spool string    // directory of spool files
 	views viewCache // resolved blocks-layout snapshots for /.kvfs/whole
+	// prefixViews are the made views of /.kvfs/prefix (prefixview.go).
+	prefixViews prefixCache
+	// walks are the recent lookups of view nodes, by caller (lease.go).
+	walks walks
+	// refusals bounds the logging of views that do not exist.
+	refusals logLimit
 	// splice says replies may be spliced: the kernel lets pipes grow.
 	// Each reply is spliced only if it fits the pipe size limit (see
 	// spliceResult and RaisePipeLimit).
@@ -57,9 +77,18 @@ type FS struct {
 	fds *fdlimit.Reporter
 	// noWriteHash: see Options.NoWriteHash.
 	noWriteHash bool
+	// memSpools bounds the spools held in memory (memspool.go).
+	memSpools *memBudget
 	// killpriv says the kernel leaves clearing set-ID bits to the daemon
 	// (FUSE_HANDLE_KILLPRIV_V2 negotiated; see killPrivs).
 	killpriv bool
+	// notify says the kernel is told of changes made behind its back
+	// (notify.go); not on macFUSE, nor when simulating it.
+	notify bool
+	// pageCache is how the kernel keeps a file's pages across opens,
+	// which decides what opens answer (opencache.go): the host's, or
+	// macFUSE's when simulating it.
+	pageCache pageCache
 }
 
 // requestBytes is the size of FUSE read and write requests (and of the
@@ -89,7 +118,7 @@ func (s *Server) Invalidate(path string) {
 	for i, c := range comps {
 		ch := n.GetChild(c)
 		if i == len(comps)-1 || ch == nil {
-			n.NotifyEntry(c)
+			s.root.fsys.notifyEntry(n, c)
 			return
 		}
 		n = ch
@@ -106,9 +135,15 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
-		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics(), noWriteHash: opts.NoWriteHash}
+		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics(), noWriteHash: opts.NoWriteHash,
+	}
+	if !opts.NoMemSpool {
+		fsys.memSpools = newMemBudget(memSpoolMax, memSpoolTotal)
+	}
 	fsys.splice = canSplice
 	fsys.killpriv = killprivCap != 0 && !opts.NoKillpriv
+	fsys.notify = hostPlatform().notify
+	fsys.pageCache = hostPlatform().pageCache
 	root := &dirNode{node: node{fsys: fsys}}
 	root.ino.Store(1)
 	// go-fuse's own messages are diagnostics (warnings, panics in
@@ -141,8 +176,12 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 			Debug:             opts.DebugFUSE,
 			Logger:            golog,
 			DirectMountStrict: os.Geteuid() == 0,
-			Options:           []string{"default_permissions"},
+			DirectMountFlags:  directMountFlags(opts.KernelOptions),
+			Options:           append([]string{"default_permissions"}, opts.KernelOptions...),
 		},
+	}
+	if opts.SimulateDarwin {
+		simulatedDarwin(fsys, &fo.MountOptions, &opts)
 	}
 	if fsys.killpriv {
 		// Without it the kernel asks for security.capability before
@@ -155,7 +194,8 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	if opts.WritebackCache {
 		fo.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
-	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout, killpriv: fsys.killpriv}, mnt, &fo.MountOptions)
+	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout, killpriv: fsys.killpriv,
+		darwinPages: opts.SimulateDarwin}, mnt, &fo.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}

@@ -31,6 +31,9 @@ type rawReplies struct {
 	attrTimeout time.Duration
 	// killpriv: FUSE_HANDLE_KILLPRIV_V2 was negotiated (FS.killpriv).
 	killpriv bool
+	// darwinPages: opens keep the kernel's pages as macFUSE does
+	// (Options.SimulateDarwin, darwinPageCache).
+	darwinPages bool
 }
 
 // Write clears the file's set-ID bits before a write that asks for it, as
@@ -87,6 +90,9 @@ func (r *rawReplies) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	st := r.RawFileSystem.Open(cancel, in, out)
 	if st == fuse.OK && in.Flags&syscall.O_ACCMODE == syscall.O_RDONLY && in.Flags&syscall.O_TRUNC == 0 {
 		out.OpenFlags |= fuse.FOPEN_NOFLUSH
+	}
+	if st == fuse.OK && r.darwinPages {
+		out.OpenFlags = darwinPageCache(out.OpenFlags)
 	}
 	return st
 }

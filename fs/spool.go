@@ -15,7 +15,8 @@ import (
 )
 
 // spool is a file being written: the changes to its committed version
-// (base), until they are committed. Opening a large file to change a few
+// (base), until they are committed, in a spool file or, for a small file,
+// in memory (see memspool.go). Opening a large file to change a few
 // bytes must not copy it, and committing the change must not rehash it
 // (store.CommitChanges), so the spool records only what was written, by
 // cells of the store's chunk size C (cell i is [i·C, (i+1)·C)): a written
@@ -23,12 +24,20 @@ import (
 // (the committed bytes of a cell that a write covers only in part are
 // copied in first); every other cell reads from base below keep, and is
 // zeros from keep on. The spool file is sparse and always as long as the
-// file. Methods are called with the node's mu held, except the hasher's
+// file; a spool in memory holds the same bytes in mem, zeros past its
+// end. Methods are called with the node's mu held, except the hasher's
 // (see cell), which share only the cells' sums, under sumMu.
 type spool struct {
-	f     *os.File
-	size  int64
-	dirty bool // changed since the last commit
+	f *os.File // nil while the spool is in memory
+	// mem holds the spool's bytes while it is in memory, from 0 (bytes
+	// past it are zeros), within budget; dir is where a spill puts the
+	// spool file (spill). memMu guards mem and f against the hasher.
+	mem    []byte
+	budget *memBudget
+	dir    string
+	memMu  sync.RWMutex
+	size   int64
+	dirty  bool // changed since the last commit
 	// mtime and ctime are the times the commit gives the new version:
 	// those of the last write or truncation, or the mtime a utimensat set
 	// after it (see keepTimes). Valid while dirty.
@@ -79,13 +88,23 @@ type hashJob struct {
 // the queue full is left to the commit.
 const hashQueue = 256
 
-// newSpool starts a spool in dir over base (nil for an empty file).
-func newSpool(dir string, base *store.File, C int64, noHash bool) (*spool, error) {
+// newSpool starts a spool over base (nil for an empty file): in memory
+// when mem is set and base is small enough for it, else in a spool file
+// in dir.
+func newSpool(dir string, base *store.File, C int64, noHash bool, mem *memBudget) (*spool, error) {
+	sp := &spool{C: C, base: base, cells: map[int64]*cell{}, noHash: noHash, dir: dir}
+	if mem != nil && (base == nil || base.Size() <= mem.each) {
+		sp.budget = mem
+		if base != nil {
+			sp.size, sp.keep = base.Size(), base.Size()
+		}
+		return sp, nil
+	}
 	f, err := os.CreateTemp(dir, "w-")
 	if err != nil {
 		return nil, fmt.Errorf("create spool: %w", err)
 	}
-	sp := &spool{f: f, C: C, base: base, cells: map[int64]*cell{}, noHash: noHash}
+	sp.f = f
 	if base != nil {
 		sp.size, sp.keep = base.Size(), base.Size()
 		if err := f.Truncate(sp.size); err != nil {
@@ -110,9 +129,13 @@ func (sp *spool) close(remove bool) {
 		sp.hashing.Wait()
 		close(sp.hashq)
 	}
-	sp.f.Close()
-	if remove {
-		os.Remove(sp.f.Name())
+	if sp.inMem() {
+		sp.freeMem()
+	} else {
+		sp.f.Close()
+		if remove {
+			os.Remove(sp.f.Name())
+		}
 	}
 	sp.dropBase()
 }
@@ -155,12 +178,17 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
+	first, last := off/sp.C, (end-1)/sp.C
+	// Room for the write and the committed bytes it copies in (the cells
+	// it covers in part, below keep), before anything changes.
+	if err := sp.room(max(end, sp.size), max(end, min(sp.keep, (last+1)*sp.C))); err != nil {
+		return 0, err
+	}
 	if end > sp.size {
 		if err := sp.materializeEnd(); err != nil {
 			return 0, err
 		}
 	}
-	first, last := off/sp.C, (end-1)/sp.C
 	var covered []int64 // kept cells the write covers whole: not copied in
 	var fresh []int64   // cells made dirty without copying anything in
 	for i := first; i <= last; i++ {
@@ -189,9 +217,12 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		sp.cells[i].changed()
 	}
 	sp.sumMu.Unlock()
-	n, err := writeAt(sp.f, data, off)
-	if n < len(data) && len(covered) > 0 {
-		n = sp.uncover(covered, off, n)
+	n, err := sp.writeData(data, off)
+	if n < len(data) {
+		if len(covered) > 0 {
+			n = sp.uncover(covered, off, n)
+		}
+		sp.unmark(fresh, off+int64(n))
 	}
 	if e := off + int64(n); e > sp.size {
 		sp.size = e
@@ -232,6 +263,23 @@ func (sp *spool) uncover(covered []int64, off int64, n int) int {
 		}
 	}
 	return int(w - off)
+}
+
+// unmark takes back the cells that a write cut short made dirty (fresh)
+// and did not reach: those that start at or after w, where it stopped.
+// They hold nothing, and past the end of the file (a write that would
+// have grown it) a dirty cell is one no commit accepts: the file could
+// then never be committed again, and fsync and close failed even once
+// the disk had room. Cells it reached in part stay dirty: their bytes
+// from w on read as the spool's holes, zeros, as they did before (a
+// covered cell, whose committed bytes they are not, uncover has dealt
+// with already).
+func (sp *spool) unmark(fresh []int64, w int64) {
+	for _, i := range fresh {
+		if i*sp.C >= w {
+			delete(sp.cells, i)
+		}
+	}
 }
 
 // writeAt is f.WriteAt, except that a write that fails part way reports
@@ -282,7 +330,7 @@ func (sp *spool) copyIn(a, b int64) error {
 	if _, err := sp.base.ReadAt(buf, a); err != nil && err != io.EOF {
 		return fmt.Errorf("read committed bytes at %d: %w", a, err)
 	}
-	if _, err := sp.f.WriteAt(buf, a); err != nil {
+	if _, err := sp.writeData(buf, a); err != nil {
 		return fmt.Errorf("copy committed bytes at %d to spool: %w", a, err)
 	}
 	return nil
@@ -316,7 +364,7 @@ func (sp *spool) writeAhead(off, n int64) {
 		return
 	}
 	sp.seq += n
-	if sp.seq >= writeAheadFrom && sp.seq-sp.flushed >= writeAheadBytes {
+	if sp.seq >= writeAheadFrom && sp.seq-sp.flushed >= writeAheadBytes && !sp.inMem() {
 		startWriteback(sp.f, sp.flushed, sp.seq-sp.flushed)
 		sp.flushed = sp.seq
 	}
@@ -346,7 +394,7 @@ func (sp *spool) queueHash(i int64) {
 	}
 }
 
-// hasher hashes queued cells from the spool file. It reads the file while
+// hasher hashes queued cells from the spool. It reads the file while
 // the writer may write the same cell: such a write changed the cell's
 // generation before it began, so the hash is dropped.
 func (sp *spool) hasher(q <-chan hashJob) {
@@ -360,7 +408,16 @@ func (sp *spool) hasher(q <-chan hashJob) {
 // hashCell hashes a queued cell, keeping the sum if the cell did not
 // change since it was queued.
 func (sp *spool) hashCell(j hashJob, buf []byte) {
-	if n, _ := sp.f.ReadAt(buf, j.off); n == len(buf) {
+	sp.memMu.RLock()
+	f, n := sp.f, 0
+	if f == nil && j.off+int64(len(buf)) <= int64(len(sp.mem)) {
+		n = copy(buf, sp.mem[j.off:]) // copied out: a write may come
+	}
+	sp.memMu.RUnlock()
+	if f != nil {
+		n, _ = f.ReadAt(buf, j.off)
+	}
+	if n == len(buf) {
 		sum := blockstore.Sum(buf)
 		sp.sumMu.Lock()
 		if j.c.gen == j.gen {
@@ -372,6 +429,16 @@ func (sp *spool) hashCell(j hashJob, buf []byte) {
 
 // truncate sets the file's size.
 func (sp *spool) truncate(size int64) error {
+	// Room for the new size, and for the committed bytes copied in: of
+	// the cell a shorter size cuts, or of the last cell when the file
+	// grows (materializeEnd). What a longer size adds is zeros.
+	need := min(sp.keep, (size/sp.C+1)*sp.C)
+	if size > sp.size {
+		need = min(sp.keep, (sp.size/sp.C+1)*sp.C)
+	}
+	if err := sp.room(size, need); err != nil {
+		return err
+	}
 	switch {
 	case size < sp.size:
 		if k := size / sp.C; size%sp.C != 0 {
@@ -400,7 +467,9 @@ func (sp *spool) truncate(size int64) error {
 			return err
 		}
 	}
-	if err := sp.f.Truncate(size); err != nil {
+	if sp.inMem() {
+		sp.truncMem(size)
+	} else if err := sp.f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate spool %s: %w", sp.f.Name(), err)
 	}
 	sp.size = size
@@ -429,6 +498,9 @@ func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
 			next = min(next+sp.C, end)
 		}
 		var src io.ReaderAt = sp.f
+		if sp.inMem() {
+			src = memBytes(sp.mem)
+		}
 		if base {
 			next = min(next, sp.keep)
 			src = sp.base
@@ -452,6 +524,9 @@ func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
 func (sp *spool) changes() store.Changes {
 	sp.hashing.Wait() // hashes in flight are nearly done: wait, not redo
 	ch := store.Changes{Size: sp.size, Spool: sp.f}
+	if sp.inMem() {
+		ch.Mem = sp.mem
+	}
 	if sp.base != nil {
 		ch.Keep = sp.keep
 	}

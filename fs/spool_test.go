@@ -19,8 +19,29 @@ import (
 // queued are done) has the sha256 of its bytes; every few operations the changes are committed
 // (store.CommitChanges) and the new version reads as the model, and the
 // next spool starts over it. The store's invariants are checked at the end.
+// It runs with spool files, with spools in memory (memspool.go) that never
+// spill, with a bound inside the model's sizes (spools start in memory
+// over a small enough version and spill, mid-file, at a random write or
+// truncation), and with a daemon-wide budget smaller than one spool
+// (growth spills); after each spool every buffer is given back.
 func TestSpoolModel(t *testing.T) {
 	const C = 4096
+	modes := []struct {
+		name string
+		mem  func() *memBudget
+	}{
+		{"file", func() *memBudget { return nil }},
+		{"memory", func() *memBudget { return newMemBudget(1<<20, 8<<20) }},
+		{"memory spilling", func() *memBudget { return newMemBudget(41*C+C/3, 8<<20) }},
+		{"memory over budget", func() *memBudget { return newMemBudget(1<<20, 20*C+7) }},
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) { spoolModel(t, C, mode.mem()) })
+	}
+}
+
+func spoolModel(t *testing.T, C int64, mem *memBudget) {
+	spilled, inMem := 0, 0
 	for seed := uint64(1); seed <= 4; seed++ {
 		s := storetest.New(t, storetest.Options{ChunkSize: C})
 		r := rand.New(rand.NewPCG(seed, 1))
@@ -44,8 +65,25 @@ func TestSpoolModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sp, err = newSpool(filepath.Join(s.Dir(), "spool"), base, C, false); err != nil {
+			if sp, err = newSpool(filepath.Join(s.Dir(), "spool"), base, C, false, mem); err != nil {
 				t.Fatal(err)
+			}
+			if sp.inMem() {
+				inMem++
+			}
+		}
+		// done ends a spool: one that started in memory may have
+		// spilled; its buffer is given back.
+		done := func() {
+			if sp.budget != nil && !sp.inMem() {
+				spilled++
+			}
+			sp.close(true)
+			if mem != nil && mem.used.Load() != 0 {
+				t.Fatalf("seed %d: %d bytes of spools in memory still counted after the spool closed", seed, mem.used.Load())
+			}
+			if sp.inMem() && sp.mem != nil {
+				t.Fatal("a closed spool kept its buffer")
 			}
 		}
 		start()
@@ -82,6 +120,10 @@ func TestSpoolModel(t *testing.T) {
 					model = append(model, make([]byte, sz-size)...)
 				}
 			}
+			if mem != nil && sp.inMem() && (int64(len(sp.mem)) > sp.size || mem.used.Load() > mem.max || sp.size > mem.each) {
+				t.Fatalf("seed %d op %d: a spool in memory holds %d bytes of a %d-byte file (%d counted, bounds %d, %d)",
+					seed, op, len(sp.mem), sp.size, mem.used.Load(), mem.each, mem.max)
+			}
 			got := make([]byte, len(model)+10)
 			n, _ := sp.ReadAt(got, 0)
 			if n != len(model) || !bytes.Equal(got[:n], model) {
@@ -105,7 +147,7 @@ func TestSpoolModel(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seed %d op %d: %v", seed, op, err)
 				}
-				sp.close(true) // an adopted spool file is gone already
+				done() // an adopted spool file is gone already
 				ino = nfi.Ino
 				f, err := s.OpenIno(ino)
 				if err != nil {
@@ -120,10 +162,22 @@ func TestSpoolModel(t *testing.T) {
 				start()
 			}
 		}
-		sp.close(true)
+		done()
 		if summed == 0 {
 			t.Fatalf("seed %d: no cell was hashed while written", seed)
 		}
+	}
+	switch {
+	case mem == nil && inMem > 0:
+		t.Fatal("a spool without a budget was held in memory")
+	case mem != nil && inMem == 0:
+		t.Fatal("no spool was held in memory")
+	case mem != nil && mem.each < 64*C && spilled == 0:
+		t.Fatal("no spool spilled past its bound")
+	case mem != nil && mem.max < 64*C && spilled == 0:
+		t.Fatal("no spool spilled past the daemon's budget")
+	case mem != nil && mem.each >= 64*C && mem.max >= 64*C && spilled > 0:
+		t.Fatalf("%d spools spilled within their bounds", spilled)
 	}
 }
 
@@ -141,7 +195,7 @@ func writeModel(model, b []byte, off int64) []byte {
 func TestSpoolStaleHash(t *testing.T) {
 	const C = 4096
 	s := storetest.New(t, storetest.Options{ChunkSize: C})
-	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false)
+	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestSpoolWriteAhead(t *testing.T) {
 	}
 	total := int64(writeAheadFrom + 3*writeAheadBytes + 1<<20)
 
-	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, true)
+	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestSpoolWriteAhead(t *testing.T) {
 		t.Fatalf("writeback started for %d of %d bytes written in order", sp.flushed, total)
 	}
 
-	rnd, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, true)
+	rnd, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

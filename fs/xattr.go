@@ -11,9 +11,6 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
-// kvfsPrefix names the read-only attributes kvfs computes for each file.
-const kvfsPrefix = "user.kvfs."
-
 // virtualXattr computes one of the user.kvfs.* attributes.
 func (n *node) virtualXattr(name string) ([]byte, error) {
 	ino := n.ino.Load()
@@ -21,7 +18,15 @@ func (n *node) virtualXattr(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fi.IsDir() && name != store.PinXattr {
+		// A directory has none (listxattr shows none): before, some read
+		// as empty or 0 and stored_bytes failed with ESTALE.
+		return nil, store.ErrNoAttr
+	}
 	switch name {
+	case store.PinXattr:
+		// The one user.kvfs.* attribute that is stored, not computed.
+		return n.fsys.s.Xattr(ino, name)
 	case "user.kvfs.kind":
 		return []byte(fi.Kind), nil
 	case "user.kvfs.manifest":
@@ -118,36 +123,43 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	return copyOut(b, dest)
 }
 
-// Only user.* attributes are stored; user.kvfs.* are computed.
-func checkSettable(attr string) error {
-	switch {
-	case strings.HasPrefix(attr, kvfsPrefix):
-		return store.ErrReadOnly
-	case !strings.HasPrefix(attr, "user."):
-		return errors.New("only user.* attributes are supported")
-	}
-	return nil
-}
-
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if err := checkSettable(attr); err != nil {
+	if err := checkSettable(attr, hostPlatform().xattrNames); err != nil {
 		if errors.Is(err, store.ErrReadOnly) {
 			return syscall.EPERM
 		}
 		return syscall.ENOTSUP
 	}
+	if attr == store.PinXattr && !n.fsys.mayPin(ctx) {
+		return syscall.EPERM
+	}
 	if data == nil {
 		data = []byte{}
 	}
-	return n.stale("setxattr", n.fsys.s.SetXattr(n.ino.Load(), attr, data, int(flags)))
+	return n.stale("setxattr", n.fsys.s.SetXattr(n.ino.Load(), attr, data, decodeSetxattr(flags, hostPlatform().xattrFlags)))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if err := checkSettable(attr); err != nil {
+	if err := checkSettable(attr, hostPlatform().xattrNames); err != nil {
 		if errors.Is(err, store.ErrReadOnly) {
 			return syscall.EPERM
 		}
-		return syscall.ENODATA
+		return hostPlatform().noAttr
+	}
+	if attr == store.PinXattr && !n.fsys.mayPin(ctx) {
+		return syscall.EPERM
 	}
 	return n.stale("removexattr", n.fsys.s.SetXattr(n.ino.Load(), attr, nil, 0))
+}
+
+// mayPin reports whether the caller may pin or unpin a file: the store's
+// owner or root, as kvfs pin (through the owner's control socket) and
+// kvfs config. Pins decide whose files the capacity evicts: a user who
+// could pin their own files would push eviction onto everyone else's,
+// and a file's owner could unpin what the store's owner pinned (red
+// team, F4). Write permission on the file, which the kernel checks for
+// user.* attributes, is not enough.
+func (fsys *FS) mayPin(ctx context.Context) bool {
+	c := cred(ctx)
+	return c == nil || c.UID == 0 || c.UID == fsys.s.Owner().UID
 }

@@ -1,5 +1,8 @@
-// Package gc keeps a store sound: today, kvfs fsck (fsck.go); capacity,
-// retention and compaction are to come here too (see DESIGN.md).
+// Package gc keeps a store sound and inside its budget: kvfs fsck
+// (fsck.go); kvfs gc, the compaction of mostly dead packs (compact.go; the
+// work is store.Compact); and capacity and retention (retention.go: the
+// eviction order, pure; evict.go: the passes and the daemon's evictor,
+// over the store's candidates and removals in store/evict.go).
 //
 // The checks and the repairs themselves live in the store (store.Problems,
 // store.Uses, store.Repair): they read and change the index in one

@@ -46,7 +46,29 @@ func Fsck(ctx context.Context, dir string, opts FsckOptions, out io.Writer) (int
 		return StatusFailed, fmt.Errorf("fsck %s: %w", dir, err)
 	}
 	defer s.Close()
-	problems, err := s.Problems(ctx, store.CheckOptions{Verify: opts.Verify, Progress: opts.Progress})
+	return FsckStore(ctx, s, dir, opts, out)
+}
+
+// FsckLive checks the store a mounted daemon has open (kvfs fsck through
+// its control socket): writes and compaction go on, and only problems that
+// a second look confirms are reported (store.CheckOptions.Live). Repair is
+// refused: it rewrites manifests and refcounts in one sweep that live
+// writes would race, and the files it marks damaged would change under
+// open handles; the user unmounts and runs kvfs fsck --repair.
+func FsckLive(ctx context.Context, s *store.Store, opts FsckOptions, out io.Writer) (int, error) {
+	if opts.Repair {
+		return StatusFailed, fmt.Errorf("fsck %s: --repair is not done while the store is mounted: unmount it and run kvfs fsck --repair %s (kvfs fsck without --repair checks a mounted store)", s.Dir(), s.Dir())
+	}
+	return fsckStore(ctx, s, s.Dir(), opts, true, out)
+}
+
+// FsckStore is Fsck on an open store that nothing else uses.
+func FsckStore(ctx context.Context, s *store.Store, dir string, opts FsckOptions, out io.Writer) (int, error) {
+	return fsckStore(ctx, s, dir, opts, false, out)
+}
+
+func fsckStore(ctx context.Context, s *store.Store, dir string, opts FsckOptions, live bool, out io.Writer) (int, error) {
+	problems, err := s.Problems(ctx, store.CheckOptions{Verify: opts.Verify, Progress: opts.Progress, Live: live})
 	if err != nil {
 		return StatusFailed, err
 	}

@@ -50,6 +50,14 @@ type Options struct {
 	// needs a segment to record the removals that would make room: a
 	// full disk must not leave it unable to take them.
 	NoSpace func(err error) bool
+	// ClosedClean says that the journal's last user closed it without an
+	// error (every record flushed and synced; the store keeps a marker):
+	// then no write of it was torn, and unreadable bytes after its last
+	// record are leftovers of a recycled segment's earlier life, which
+	// recovery logs at debug level instead of warning of a torn tail (a
+	// warning after every clean restart teaches operators to ignore the
+	// one that matters).
+	ClosedClean bool
 }
 
 const (
@@ -187,6 +195,20 @@ func Open(dir string, opts Options) (*Journal, error) {
 // for the disk: the record is durable once Sync(seq) returns. Records are
 // written in sequence order.
 func (j *Journal) Append(payload []byte) (uint64, error) {
+	return j.append(payload, j.opts.WriteThrough)
+}
+
+// AppendDeferred is Append without the write-through (WriteThrough): the
+// record waits in the buffer, in sequence order, for the next record
+// written through, Write or Sync. It is for a record of use only with a
+// later one, such as a commit's data record ahead of its index record
+// (kvfs's store): one write then carries both, and a crash of the process
+// before that write loses the data record with the record that needs it.
+func (j *Journal) AppendDeferred(payload []byte) (uint64, error) {
+	return j.append(payload, false)
+}
+
+func (j *Journal) append(payload []byte, through bool) (uint64, error) {
 	if len(payload) > j.opts.MaxPayload {
 		return 0, fmt.Errorf("journal: append %d bytes to %s: %w", len(payload), j.dir, ErrTooLarge)
 	}
@@ -205,7 +227,7 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 	j.buf = appendRecord(j.buf, seq, j.durable.Load(), j.lepoch, payload)
 	j.lpos += n
 	j.next++
-	if j.opts.WriteThrough && !j.busy {
+	if through && !j.busy {
 		j.busy = true
 		err := j.flushLocked(false)
 		j.release()

@@ -188,6 +188,10 @@ func (j *Journal) classifyTail(r *segReader, s *segment, off int64, seq uint64) 
 	if h, ok := parseRecHeader(b); ok && h.epoch != 0 && h.epoch != s.epoch && h.seq < s.firstSeq {
 		return false, nil // a record of the segment's earlier life
 	}
+	if j.opts.ClosedClean {
+		j.log.Debug("journal: the log ends here; the bytes after it are a recycled segment's (closed clean)", "path", s.path, "offset", off, "seq", seq)
+		return false, nil
+	}
 	j.log.Warn("journal: dropped a torn tail", "path", s.path, "offset", off, "seq", seq)
 	return false, nil
 }

@@ -63,7 +63,8 @@ func TestInodeAtime(t *testing.T) {
 		"short atime":          rec(field(tagAtime, []byte{1, 2, 3, 4})),
 		"atime twice":          rec(field(tagAtime, u64(1)), field(tagAtime, u64(2))),
 		"identity after atime": rec(field(tagAtime, u64(1)), field(tagIdentity, u64(2))),
-		"tag after atime":      rec(field(tagAtime, u64(1)), field(tagAtime+1, u64(2))),
+		"tag after atime":      rec(field(tagAtime, u64(1)), field(tagUseAge+1, u64(2))),
+		"uses out of order":    rec(field(tagUses, u64(1)), field(tagLastUse, u64(2))),
 	} {
 		if n, err := unmarshalInode(7, b); err == nil {
 			t.Errorf("%s: decoded %+v", what, n)
@@ -89,5 +90,18 @@ func TestFuzzInodeCorpusAtime(t *testing.T) {
 	n, err := unmarshalInode(1, []byte(s))
 	if err != nil || n.Atime == 0 || n.Atime == n.Mtime {
 		t.Fatalf("binary-atime: %+v %v", n, err)
+	}
+}
+
+// TestInodeUses: the retention fields (store/recency.go) round-trip.
+func TestInodeUses(t *testing.T) {
+	n := &Inode{Ino: 7, Mode: 0o644, Atime: 5, LastUse: 9, Uses: 3, UseAge: 0x3ff0000000000000}
+	b, err := marshalInode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unmarshalInode(7, b)
+	if err != nil || m.LastUse != 9 || m.Uses != 3 || m.UseAge != n.UseAge || m.Atime != 5 {
+		t.Fatalf("decoded %+v %v", m, err)
 	}
 }

@@ -17,15 +17,18 @@ type bucket struct {
 	bb *bolt.Bucket
 	j  *jtx // nil in plain mode
 	i  int  // index in allBuckets, in journal mode
+
+	name []byte   // the bucket's name, for ch
+	ch   *Changes // the change feed's record (changes.go); nil if none
 }
 
 // b returns the top-level bucket name, which must be one of allBuckets.
 func (t *Tx) b(name []byte) bucket {
 	bb := t.tx.Bucket(name)
 	if t.j == nil {
-		return bucket{bb: bb}
+		return bucket{bb: bb, name: name, ch: t.ch}
 	}
-	return bucket{bb: bb, j: t.j, i: bucketIndex(name)}
+	return bucket{bb: bb, j: t.j, i: bucketIndex(name), name: name, ch: t.ch}
 }
 
 // jtx is the journal-mode state of a transaction.
@@ -88,6 +91,9 @@ func (b bucket) Get(k []byte) []byte {
 // Put sets k to v, with bbolt's checks, so that whatever a journal-mode
 // transaction records can be applied to bbolt at checkpoint.
 func (b bucket) Put(k, v []byte) error {
+	if b.ch != nil {
+		b.ch.note(b, k, v, false)
+	}
 	if b.j == nil {
 		return b.bb.Put(k, v)
 	}
@@ -114,6 +120,9 @@ func clip(b []byte) []byte { return append(make([]byte, 0, len(b)), b...) }
 // a tombstone only when a lower layer holds the key: deleting what is not
 // there costs the journal nothing.
 func (b bucket) Delete(k []byte) error {
+	if b.ch != nil {
+		b.ch.note(b, k, nil, true)
+	}
 	if b.j == nil {
 		return b.bb.Delete(k)
 	}

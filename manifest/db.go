@@ -34,7 +34,9 @@ var (
 	bucketBlobData  = []byte("blobdata")  // sha256 → Manifest of the blob's content
 	bucketPins      = []byte("pins")      // ino → sha256s (32 bytes each) a format-5 manifest lists
 	bucketXattrs    = []byte("xattrs")    // ino ‖ name → value (see xattr.go)
-	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks, bucketBlobRecs, bucketBlobData, bucketPins, bucketXattrs}
+	bucketPrefix    = []byte("prefix")    // chain key ‖ ino → group count (u32 BE); prefix.go
+	bucketPrefixIno = []byte("prefixino") // ino → its prefix record; prefix.go
+	allBuckets      = [][]byte{bucketMeta, bucketInodes, bucketDirents, bucketManifests, bucketChunks, bucketBlobs, bucketSnaps, bucketOrphans, bucketPacks, bucketBlobRecs, bucketBlobData, bucketPins, bucketXattrs, bucketPrefix, bucketPrefixIno}
 
 	keyVersion   = []byte("version")
 	keyChunkSize = []byte("chunkSize")
@@ -73,6 +75,8 @@ type DB struct {
 	// j is the state of journal mode (journal.go); nil in plain mode,
 	// where every Update is a synced bbolt transaction.
 	j *journal
+
+	watch watch // the change feed (changes.go)
 }
 
 // Open opens the index at path. With create, a missing index is created with
@@ -130,6 +134,9 @@ func Open(path string, create bool, params Params, timeout time.Duration, option
 			putU64(meta, keyChunkSize, uint64(params.ChunkSize))
 			putU64(meta, keyNextIno, RootIno+1)
 			putU64(meta, keyNextPack, 1)
+			if err := meta.Put(keyPrefixIndexed, []byte{1}); err != nil {
+				return err
+			}
 			now := time.Now().UnixNano()
 			root := &Inode{Ino: RootIno, Mode: fs.ModeDir | 0o755, Mtime: now, Ctime: now}
 			return (&Tx{tx: tx}).PutInode(root)
@@ -273,7 +280,8 @@ type Tx struct {
 	// tx is the bbolt transaction: the transaction itself in plain mode,
 	// the read transaction under the overlay in journal mode.
 	tx *bolt.Tx
-	j  *jtx // nil in plain mode
+	j  *jtx     // nil in plain mode
+	ch *Changes // what it changed, for the change feed (changes.go); nil if none
 }
 
 // Params returns the store's parameters.
@@ -369,6 +377,9 @@ func (t *Tx) DeleteInode(n *Inode) error {
 	}
 	if n.Layout != "" {
 		if err := t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino)); err != nil {
+			return err
+		}
+		if err := t.RemovePrefix(n.Ino); err != nil {
 			return err
 		}
 	}
@@ -633,6 +644,9 @@ func (t *Tx) Unindex(n *Inode) error {
 		}
 	}
 	if n.Layout != "" {
+		if err := t.RemovePrefix(n.Ino); err != nil {
+			return err
+		}
 		return t.b(bucketSnaps).Delete(snapKey(n.Layout, n.Ino))
 	}
 	return nil

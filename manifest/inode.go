@@ -48,6 +48,9 @@ const (
 	tagXattrs     = 14 // (nameLen:uvarint name valueLen:uvarint value)+, names ascending
 	tagIdentity   = 15 // uint64, when not the inode's own number
 	tagAtime      = 16 // int64: ns since the epoch
+	tagLastUse    = 17 // int64: ns since the epoch
+	tagUses       = 18 // uint64
+	tagUseAge     = 19 // float64 bits
 )
 
 // Bounds of an inode record's variable fields. Values follow Linux
@@ -127,6 +130,9 @@ func marshalInode(n *Inode) ([]byte, error) {
 		fixed(tagIdentity, n.Identity, 8)
 	}
 	fixed(tagAtime, uint64(n.Atime), 8)
+	fixed(tagLastUse, uint64(n.LastUse), 8)
+	fixed(tagUses, n.Uses, 8)
+	fixed(tagUseAge, n.UseAge, 8)
 	if len(b) > maxInodeBytes {
 		return nil, fmt.Errorf("encode inode %d: %w: %d bytes", n.Ino, ErrBadInode, len(b))
 	}
@@ -286,7 +292,7 @@ func (n *Inode) setField(tag int, v []byte) error {
 	switch tag {
 	case tagMode, tagUID, tagGID:
 		x, err = fixed(4)
-	case tagSize, tagMtime, tagCtime, tagParent, tagIdentity, tagAtime:
+	case tagSize, tagMtime, tagCtime, tagParent, tagIdentity, tagAtime, tagLastUse, tagUses, tagUseAge:
 		x, err = fixed(8)
 	}
 	if err != nil {
@@ -331,6 +337,12 @@ func (n *Inode) setField(tag int, v []byte) error {
 		n.Identity = x
 	case tagAtime:
 		n.Atime = int64(x)
+	case tagLastUse:
+		n.LastUse = int64(x)
+	case tagUses:
+		n.Uses = x
+	case tagUseAge:
+		n.UseAge = x
 	default:
 		return errors.New("unknown field")
 	}

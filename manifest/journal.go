@@ -284,8 +284,15 @@ func (db *DB) versionFor(tx *bolt.Tx) (*version, bool) {
 // if fn changed nothing). In plain mode it is Update, synced, and returns
 // 0.
 func (db *DB) UpdateSeq(fn func(*Tx) error) (uint64, error) {
+	ch, done := db.watching()
+	seq, err := db.updateSeq(fn, ch)
+	done(err == nil)
+	return seq, err
+}
+
+func (db *DB) updateSeq(fn func(*Tx) error, ch *Changes) (uint64, error) {
 	if db.j == nil {
-		err := db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+		err := db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, ch: ch}) })
 		db.allocate()
 		return 0, err
 	}
@@ -298,7 +305,7 @@ func (db *DB) UpdateSeq(fn func(*Tx) error) (uint64, error) {
 	}
 	defer btx.Rollback()
 	jt := &jtx{v: v, w: &writes{}}
-	if err := fn(&Tx{tx: btx, j: jt}); err != nil {
+	if err := fn(&Tx{tx: btx, j: jt, ch: ch}); err != nil {
 		return 0, err
 	}
 	if jt.w.n == 0 {

@@ -17,7 +17,7 @@ import (
 // tested; a hand-written persistent tree would be more code to get right.
 
 // numBuckets is the number of top-level buckets, len(allBuckets).
-const numBuckets = 13
+const numBuckets = 15
 
 // treeDegree is the overlay trees' B-tree degree: nodes of up to 63 keys,
 // about a cache line of pointers per level.

@@ -54,6 +54,15 @@ type Inode struct {
 	// made before it, and then the modification time stands in (see
 	// AccessTime).
 	Atime int64 `json:"atime,omitempty"`
+	// LastUse, Uses and UseAge are the retention policy's memory of the
+	// file (store/recency.go): when it was last opened for reading or had
+	// its times set (ns since the epoch; 0: never since it was written),
+	// how often, and the GreedyDual age at that last use (float64 bits).
+	// The store counts uses in memory and writes them here in batches, so
+	// that a read costs no index write and the order survives a restart.
+	LastUse int64  `json:"-"`
+	Uses    uint64 `json:"-"`
+	UseAge  uint64 `json:"-"`
 }
 
 // ID is the file's identity: Identity, or the inode's own number.

@@ -40,6 +40,9 @@ func (t *Tx) Xattr(ino uint64, name string) ([]byte, error) {
 func (t *Tx) Xattrs(ino uint64) []XattrEntry {
 	var out []XattrEntry
 	prefix := u64key(ino)
+	if t.ch != nil {
+		t.ch.ino(ino) // a cursor's deletions are not noted
+	}
 	c := t.b(bucketXattrs).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		out = append(out, XattrEntry{Name: string(k[8:]), Size: len(v)})

@@ -10,7 +10,7 @@ import (
 // with errors.Is and users read the file and the check in the message.
 var (
 	// ErrBadMagic: the file does not start with the format 2-5 magic.
-	ErrBadMagic = errors.New("not an mlx-bun KV v2 cache file")
+	ErrBadMagic = errors.New("not an mlx-bun KV snapshot (formats 2-5 start with the magic MLXBUNKV2)")
 	// ErrV1: the file is in the experimental format 1, which is not read.
 	ErrV1 = errors.New("format 1 (MLXBUNKV1) is not supported")
 	// ErrTruncatedPrefix: the file ends inside the 26-byte prefix.

@@ -48,7 +48,16 @@ type batch struct {
 	off     int64
 	buf     []byte
 	unmap   func() // set when buf is a mapping of the source
-	err     error
+	// spare is the buffer token a mapped batch took from the free list
+	// and did not use: it goes back in its place once the batch is
+	// processed, so that each batch holds exactly one token. (Given back
+	// early by the reader as well, the list could hold one token more
+	// than its capacity, and the last give-back would block for good.)
+	spare []byte
+	// borrowed: buf is a slice of a source held in memory (memSource),
+	// not a buffer of the ingest's to reuse.
+	borrowed bool
+	err      error
 }
 
 // writeJob fills reserved pack bytes: from data, or from the source file
@@ -85,6 +94,11 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 	var werr error
 	wdone := make(chan struct{})
 	srcFile, _ := in.src.(*os.File)
+	// A commit whose new bytes the journal will carry (inline.go: at most
+	// want of them) does not start the writeback of its packs: its sync is
+	// the journal's, and the next checkpoint syncs the packs. The hint
+	// would cost a system call that starts a disk write per small file.
+	hint := !in.s.inlines(want)
 	go func() {
 		defer close(wdone)
 		for j := range jobs {
@@ -94,7 +108,9 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 				} else {
 					werr = j.app.CopyFrom(srcFile, j.srcOff, j.off, j.n)
 				}
-				j.app.StartWriteback(j.off, j.n)
+				if hint {
+					j.app.StartWriteback(j.off, j.n)
+				}
 			}
 			if j.after != nil {
 				j.after()
@@ -114,11 +130,15 @@ func (in *ingest) chunkAll(ctx context.Context) error {
 		if err == nil {
 			err = guardFault(func() error { return in.processBatch(b.regions, b.off, b.buf, srcFile != nil) })
 		}
-		if b.unmap != nil {
+		if b.borrowed {
+			// The writer writes from the source's own bytes: nothing to
+			// give back or to wait for.
+			free <- nil
+		} else if b.unmap != nil {
 			// Mapped batches come from a file source, whose writes copy
 			// from the file, not from buf: the mapping can go now.
 			b.unmap()
-			free <- nil
+			free <- b.spare
 		} else {
 			buf := b.buf
 			jobs <- writeJob{after: func() { free <- buf }}
@@ -177,12 +197,16 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 		case <-ctx.Done():
 			return
 		}
-		if m, ok := mapSource(in.src, b.off, n); ok {
+		ms, mem := in.src.(memSource)
+		if mem {
+			b.buf, b.borrowed = ms.slice(b.off, n)
+		}
+		if b.borrowed {
+			// Its token goes back once the batch is processed (chunkAll).
+		} else if m, ok := in.mapBatch(b.off, n); ok {
 			// The batch is the page cache itself: no copy to hash it.
-			if buf != nil {
-				free <- buf // not needed; keep it for a later batch
-			}
-			b.buf, b.unmap = m.data, m.close
+			// The buffer is not needed; it is kept for a later batch.
+			b.buf, b.unmap, b.spare = m.data, m.close, buf
 		} else {
 			if int64(cap(buf)) < n {
 				buf = make([]byte, n)
@@ -201,6 +225,16 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 			return
 		}
 	}
+}
+
+// mapBatch maps n bytes of the source at off, if it is a file that can
+// be mapped; in.mapper, when set, replaces mapSource (tests make mappings
+// fail).
+func (in *ingest) mapBatch(off, n int64) (mapping, bool) {
+	if in.mapper != nil {
+		return in.mapper(in.src, off, n)
+	}
+	return mapSource(in.src, off, n)
 }
 
 // processBatch cuts and hashes the regions of one batch in parallel, then

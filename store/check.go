@@ -18,6 +18,10 @@ type CheckOptions struct {
 	// Progress, if set, is called as chunks are verified with the bytes
 	// done and the bytes to verify in all; from several goroutines.
 	Progress func(done, total int64)
+	// Live checks a store in use (fsck through a mounted daemon's control
+	// socket, checklive.go): what ingests, removals and punches in flight
+	// show for a moment is not reported, only what a second look confirms.
+	Live bool
 }
 
 // Check verifies the store's invariants and returns every violation found
@@ -58,6 +62,16 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) error {
 //
 // It reads a consistent snapshot of the index in one transaction.
 func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, error) {
+	if opts.Live {
+		return s.liveProblems(ctx, opts)
+	}
+	return s.problems(ctx, opts)
+}
+
+// problems is Problems of one look.
+func (s *Store) problems(ctx context.Context, opts CheckOptions) ([]Problem, error) {
+	s.compactMu.Lock() // no pack half rewritten (compact.go)
+	defer s.compactMu.Unlock()
 	s.WaitReclaim() // every queued punch done: the packs as they stay
 	var problems []Problem
 	add := func(p Problem) { problems = append(problems, p) }
@@ -174,6 +188,10 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 		if err != nil {
 			return err
 		}
+		var held map[uint32]bool // live: packs being appended to (checklive.go)
+		if opts.Live {
+			held = s.heldPacks()
+		}
 		live := map[uint32]int64{}
 		err = tx.ForEachChunk(func(id blockstore.ID, c manifest.Chunk) error {
 			chunks = append(chunks, chunkInfo{id, c})
@@ -212,7 +230,7 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 		for pack, p := range packs {
 			if size, ok := onDisk[pack]; !ok && p.Committed > 0 {
 				add(Problem{Kind: ProblemPack, Pack: pack, Msg: fmt.Sprintf("pack %s is missing", s.packs.Path(pack))})
-			} else if ok && size != p.Committed {
+			} else if ok && size != p.Committed && !(held[pack] && size > p.Committed) {
 				add(Problem{Kind: ProblemPack, Pack: pack, Msg: fmt.Sprintf("pack %s is %d bytes, committed length %d", s.packs.Path(pack), size, p.Committed)})
 			}
 			if live[pack]+p.Dead != p.Committed {
@@ -220,7 +238,7 @@ func (s *Store) Problems(ctx context.Context, opts CheckOptions) ([]Problem, err
 			}
 		}
 		for pack := range onDisk {
-			if _, ok := packs[pack]; !ok {
+			if _, ok := packs[pack]; !ok && !held[pack] {
 				add(Problem{Kind: ProblemStrayPack, Pack: pack, Msg: fmt.Sprintf("pack %s is not in the index", s.packs.Path(pack))})
 			}
 		}

@@ -55,6 +55,21 @@ type Changes struct {
 	// else: it may be sparse). With CommitOptions.Adopt it may become a
 	// pack, as CommitIno's source does.
 	Spool *os.File
+	// Mem, when Spool is nil, holds what Spool would, in memory (a small
+	// file's spool, fs's in-memory spool): bytes past its end are zeros.
+	// The commit reads its chunks, writes them into the pack and, when it
+	// journals them, takes the journal's bytes from it, with no read of a
+	// file or of the pack. It must not change until the commit returns.
+	Mem []byte
+}
+
+// spoolSource is the source of the dirty cells' bytes: the spool file, or
+// the spool held in memory.
+func (ch Changes) spoolSource() io.ReaderAt {
+	if ch.Spool == nil {
+		return memSource(ch.Mem)
+	}
+	return ch.Spool
 }
 
 // CommitChanges commits ch as the new content of the file whose current
@@ -92,14 +107,14 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	C := s.chunkSize
 	if wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C) {
 		if ch.Keep == 0 {
-			return s.CommitIno(ctx, ino, ch.Spool, ch.Size, opts)
+			return s.CommitIno(ctx, ino, ch.spoolSource(), ch.Size, opts)
 		}
 		return s.CommitIno(ctx, ino, src, ch.Size, opts)
 	}
-	in := &ingest{s: s, src: ch.Spool, size: ch.Size, comps: comps, target: ino,
+	in := &ingest{s: s, src: ch.spoolSource(), size: ch.Size, comps: comps, target: ino,
 		opts: PutOptions{Mtime: opts.Mtime}, ctime: opts.Ctime, states: map[blockstore.ID]*chunkState{},
 		hold: opts.Hold, plan: &plan{kind: kindPlain}}
-	if opts.Adopt {
+	if opts.Adopt && ch.Spool != nil {
 		in.adopt = ch.Spool
 	}
 	if err := in.planChanges(ch, pm); err != nil {
@@ -266,4 +281,20 @@ func (in *ingest) movePins(ino uint64, opts CommitOptions) {
 			in.closeFiles = append(in.closeFiles, f)
 		}
 	}
+}
+
+// IndexedOnRename reports whether a committed file renamed from oldName in
+// a directory named oldDir to newName in newDir must be committed again,
+// from its own bytes, to be what its new name says: a snapshot (.mlxkv,
+// outside a blocks directory) that was stored under a name that made it
+// no snapshot (cp to a temporary name, then mv; rsync's .name.XXXXXX).
+// Kinds are chosen by name at commit (planFor), and a rename changes no
+// content; without the new commit such a snapshot was never indexed, so
+// neither found by its prefix nor viewable (red team 11). The engine's own
+// NAME.mlxkv.tmp is a snapshot's name already.
+func IndexedOnRename(oldDir, oldName, newDir, newName string) bool {
+	isSnap := func(dir, name string) bool {
+		return dir != "blocks" && (strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"))
+	}
+	return isSnap(newDir, newName) && !isSnap(oldDir, oldName)
 }

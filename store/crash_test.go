@@ -38,6 +38,14 @@ func TestMain(m *testing.M) {
 		fsyncCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
 		os.Exit(0)
 	}
+	if dir := os.Getenv(compactCrashEnv); dir != "" {
+		compactCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
+		os.Exit(0)
+	}
+	if dir := os.Getenv(evictCrashEnv); dir != "" {
+		evictCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
+		os.Exit(0)
+	}
 	if dir := os.Getenv(sharedCrashEnv); dir != "" {
 		sharedCrashChild(dir, os.Getenv("KVFS_CRASH_LOG"), os.Getenv("KVFS_CRASH_SEED"))
 		os.Exit(0)
@@ -197,7 +205,10 @@ func TestCrash(t *testing.T) {
 	inFlight := 0
 	for run := 0; run < kills; run++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
+		// TMPDIR: a child killed while it makes a snapshot's bytes
+		// (crashContent) leaves its temporary file in the test's
+		// directory, which the test removes, not in /tmp.
+		cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Dir(logPath), crashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
@@ -291,4 +302,24 @@ func appendLog(t *testing.T, path, line string) {
 	if _, err := f.WriteString(line); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// killChild runs this test binary as the crash child that env names
+// (env=dir), with its own op log in a fresh test directory (and TMPDIR
+// there: a child killed mid-write leaves nothing in /tmp), kills it after
+// wait, and returns the log's path and what the child wrote to stderr.
+func killChild(t *testing.T, env, dir string, seed uint64, wait time.Duration) (logPath, stderr string) {
+	t.Helper()
+	logPath = filepath.Join(t.TempDir(), "ops.log")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Dir(logPath), env+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", seed))
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(wait)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	return logPath, errb.String()
 }

@@ -116,6 +116,26 @@ func (s *Store) Put(ctx context.Context, src io.ReaderAt, size int64, path strin
 	return fi, &in.stats, nil
 }
 
+// wholeSum is the hex sha256 of a blob's whole content: hashed as its
+// batches were read, or, for a blob of at most one chunk, its chunk's ID
+// (the engine's blocks of 64 KiB are one chunk each, and the hash was
+// half of their commit's CPU). A small blob that is not one chunk (empty,
+// or left as a zero run) is read and hashed here.
+func (in *ingest) wholeSum() (string, error) {
+	if in.blob != nil {
+		return hex.EncodeToString(in.blob.Sum(nil)), nil
+	}
+	if len(in.refs) == 1 && !in.refs[0].zero && in.refs[0].off == 0 && in.refs[0].n == in.size {
+		return in.refs[0].id.String(), nil
+	}
+	b := make([]byte, in.size)
+	if n, err := in.src.ReadAt(b, 0); n < len(b) {
+		return "", fmt.Errorf("read source to hash it: %d of %d bytes: %w", n, len(b), err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // ingest is the state of one Put.
 type ingest struct {
 	s       *Store
@@ -131,6 +151,8 @@ type ingest struct {
 	slots   []*packSlot
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
+	// mapper, when set, maps source batches instead of mapSource.
+	mapper func(src io.ReaderAt, off, n int64) (mapping, bool)
 	// target, when set, is the inode whose name the new content takes
 	// (CommitIno); otherwise comps name the destination.
 	target uint64
@@ -230,7 +252,9 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 		in.plan = s.planFor(in.src, in.size, in.comps)
 	}
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
-	if in.plan.kind == kindBlob {
+	// A blob of at most one chunk is that chunk, whose ID is the sha256
+	// of the same bytes: it is not hashed a second time (wholeSum).
+	if in.plan.kind == kindBlob && in.size > s.chunkSize {
 		in.blob = sha256.New()
 	}
 	t0 := time.Now()
@@ -246,8 +270,12 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 		}
 	}
 	chunked := time.Since(t0)
-	if in.blob != nil {
-		in.blobSum = hex.EncodeToString(in.blob.Sum(nil))
+	if in.plan.kind == kindBlob {
+		sum, err := in.wholeSum()
+		if err != nil {
+			return nil, err
+		}
+		in.blobSum = sum
 		if name := in.comps[len(in.comps)-1]; hex64.MatchString(name) && name != in.blobSum {
 			return nil, fmt.Errorf("%w: sha256 is %s", ErrBlobMismatch, in.blobSum)
 		}
@@ -265,6 +293,9 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 			s.log.Debug("ingested", "path", fi.Path, "bytes", in.size, "kind", in.stats.Kind,
 				"new", in.stats.NewBytes, "reused", in.stats.ReusedBytes, "chunk", chunked,
 				"sync", t1.Sub(t0)-chunked, "commit", time.Since(t1))
+			if in.stats.NewBytes > 0 {
+				s.KickEviction() // it may be over capacity now
+			}
 			return fi, nil
 		}
 		if !errors.Is(err, errMissing) || attempt == 3 {
@@ -472,6 +503,9 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		}
 		if n.Layout != "" {
 			if err := tx.AddSnapshot(n.Layout, ino, in.plan.tokens); err != nil {
+				return err
+			}
+			if err := tx.AddPrefix(ino, in.plan.prefix); err != nil {
 				return err
 			}
 		}

@@ -123,7 +123,10 @@ func (s *Store) appendData(pack uint32, rec []byte) (uint64, error) {
 	s.inline.dirty[pack] = true
 	s.inline.names = true
 	s.inline.mu.Unlock()
-	seq, err := s.jlog.Append(rec)
+	// Deferred: the commit's index record, appended next, writes it with
+	// itself, one write for both (a record without its commit is of no
+	// use; if the commit fails it is written with a later record).
+	seq, err := s.jlog.AppendDeferred(rec)
 	if err != nil {
 		return 0, fmt.Errorf("journal the bytes of pack %d: %w", pack, err)
 	}

@@ -306,6 +306,9 @@ func (s *Store) SetAttr(ino uint64, c AttrChange) (*FileInfo, error) {
 		}
 		if c.Atime != nil {
 			n.Atime = c.Atime.UnixNano()
+			// The engine touches a snapshot it restores: a use, for
+			// retention (recency.go).
+			s.noteUse(ino)
 		}
 		n.Ctime = time.Now().UnixNano()
 		return n, tx.PutInode(n)

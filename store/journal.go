@@ -87,6 +87,15 @@ func (l *lazyLog) Append(p []byte) (uint64, error) {
 	return j.Append(p)
 }
 
+// AppendDeferred is journal.Journal.AppendDeferred.
+func (l *lazyLog) AppendDeferred(p []byte) (uint64, error) {
+	j, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return j.AppendDeferred(p)
+}
+
 func (l *lazyLog) Sync(seq uint64) error {
 	j, err := l.get()
 	if err != nil {
@@ -164,8 +173,10 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 			created = true
 		}
 		s.inline.max = min(inlineMax, int64(journalMaxPayload(seg))/2)
+		_, err := os.Stat(closedMarker(s.dir))
 		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log,
-			NoSpace: func(err error) bool { return s.reserve.release("new journal segment", err) }})
+			NoSpace:     func(err error) bool { return s.reserve.release("new journal segment", err) },
+			ClosedClean: err == nil})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
 		Log:              s.jlog,

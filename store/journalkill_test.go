@@ -129,7 +129,7 @@ func TestKillConcurrentFsync(t *testing.T) {
 	durable := 0
 	for run := 0; run < kills; run++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fsyncCrashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
+		cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Dir(logPath), fsyncCrashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {

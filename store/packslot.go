@@ -397,9 +397,11 @@ func (in *ingest) journalBytes(ranges map[uint32][]blockstore.Loc) error {
 			pairs[i] = [2]int64{r.Off, r.Len}
 		}
 		end := rs[len(rs)-1].End()
-		rec, err := encodeData(pack, end, pairs, func(off, n int64, b []byte) error {
-			return sp.app.ReadAt(b, off)
-		})
+		read := func(off, n int64, b []byte) error { return sp.app.ReadAt(b, off) }
+		if src, ok := in.src.(memSource); ok {
+			read = in.readFromMem(src, pack)
+		}
+		rec, err := encodeData(pack, end, pairs, read)
 		if err != nil {
 			return fmt.Errorf("journal new chunks: %w", err)
 		}
@@ -417,6 +419,27 @@ func (in *ingest) journalBytes(ranges map[uint32][]blockstore.Loc) error {
 		}
 	}
 	return nil
+}
+
+// readFromMem reads the ingest's ranges of pack from its source in
+// memory (memSource), where the bytes it wrote there came from, rather
+// than back from the pack: each range is one new chunk, at the source
+// offset of its state.
+func (in *ingest) readFromMem(src memSource, pack uint32) func(off, n int64, b []byte) error {
+	at := map[int64]int64{} // pack offset -> source offset
+	for _, st := range in.states {
+		if st.written && st.loc.Pack == pack {
+			at[st.loc.Off] = st.off
+		}
+	}
+	return func(off, n int64, b []byte) error {
+		so, ok := at[off]
+		if !ok {
+			return fmt.Errorf("no chunk of this commit at offset %d of pack %d", off, pack)
+		}
+		_, err := src.ReadAt(b, so)
+		return err
+	}
 }
 
 // finish gives up the ingest's packs, committed or not. A pack whose last

@@ -52,6 +52,8 @@ type plan struct {
 	// layout and tokens index a snapshot for later parent lookups.
 	layout string
 	tokens []uint32
+	// prefix indexes the snapshot by token-chain key (match.go).
+	prefix *manifest.PrefixRecord
 	// parentIno is the snapshot whose rows were reused, 0 if none.
 	parentIno uint64
 	// pins are the distinct blocks a format-5 manifest lists.
@@ -100,6 +102,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		p.kind = kindMLXKV
 		p.tokens = snap.Header.Tokens
 		p.layout = layoutKey(snap)
+		p.prefix = prefixRecord(snap.Header)
 		if !snap.Blocks() {
 			parent := s.findParent(snap, p.layout)
 			if parent != nil {

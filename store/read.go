@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvfs/kvfs/blockstore"
 	"github.com/kvfs/kvfs/manifest"
@@ -23,13 +24,23 @@ type File struct {
 	path string
 	size int64
 	m    manifest.Manifest
-	// exts maps file offsets to chunk locations, resolved once at open.
+	// exts maps file offsets to chunks. Where each chunk lies is looked
+	// up at the first read that needs it (resolve), not at open: a reader
+	// of a few bytes (the engine's scan reads every snapshot's header)
+	// then pays for the chunks it reads, not for every chunk of the file.
+	// The file pins its inode, so its chunks stay in the index meanwhile.
 	exts []extent
+	// resolving serialises lookups of chunk places (resolve).
+	resolving sync.Mutex
 	// verify checks every chunk read, whether or not the store does.
 	verify bool
 	// damaged: some extent is a damaged run (fsck_damage.go), so reads
 	// take the copying path, which checks for them.
 	damaged bool
+	// moved holds the places of chunks that compaction moved since the
+	// file was opened, looked up again when their old pack had gone
+	// (relocate); copied on write, so reads take no lock.
+	moved atomic.Pointer[map[blockstore.ID]blockstore.Loc]
 
 	closeOnce sync.Once
 }
@@ -45,7 +56,10 @@ type extent struct {
 	// damaged runs (also zero) read as ErrDamaged.
 	damaged bool
 	id      blockstore.ID
-	loc     blockstore.Loc
+	// loc is where the chunk lay when resolve looked it up; valid once
+	// known is set (reads check known without a lock).
+	loc   blockstore.Loc
+	known atomic.Bool
 }
 
 // Open opens the committed file at path for reading. The path is resolved
@@ -83,7 +97,7 @@ func (s *Store) openIno(ino uint64) (*File, error) {
 	return f, err
 }
 
-// openTx pins an inode and resolves its manifest in tx, which must run
+// openTx pins an inode and reads its manifest in tx, which must run
 // under the pin lock (viewPinning): a concurrent release then either sees
 // the pin (and keeps the chunks) or committed before tx began (and the
 // open fails); see Store.pins.
@@ -104,22 +118,16 @@ func (s *Store) openTx(tx *manifest.Tx, ino uint64) (*File, error) {
 		return nil, err
 	}
 	var off int64
-	f.exts = make([]extent, 0, len(m))
-	for _, e := range m {
-		x := extent{off: off, n: e.Len, zero: e.Zero, damaged: e.Damaged, id: e.ID}
+	f.exts = make([]extent, len(m))
+	for i, e := range m {
+		x := &f.exts[i]
+		x.off, x.n, x.zero, x.damaged, x.id = off, e.Len, e.Zero, e.Damaged, e.ID
 		f.damaged = f.damaged || e.Damaged
-		if !e.Zero {
-			c, err := tx.Chunk(e.ID)
-			if err != nil {
-				return nil, fmt.Errorf("chunk %s of inode %d: %w", e.ID, ino, err)
-			}
-			x.loc = c.Loc
-		}
-		f.exts = append(f.exts, x)
 		off += e.Len
 	}
 	f.m, f.size = m, off
 	s.pin(ino)
+	s.noteUse(ino) // retention (recency.go)
 	return f, nil
 }
 
@@ -144,7 +152,10 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if int64(want) > f.size-off {
 		p = p[:f.size-off]
 	}
-	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
+	i, j := f.span(off, off+int64(len(p)))
+	if err := f.resolve(i, j); err != nil {
+		return 0, fmt.Errorf("read %s at %d: %w", f.path, off, err)
+	}
 	n := 0
 	for n < len(p) {
 		e := &f.exts[i]
@@ -170,18 +181,126 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // the store verifies.
 func (f *File) readChunk(p []byte, e *extent, in int64) error {
 	if !f.s.verify && !f.verify {
-		if _, err := f.s.chunks.ReadAt(p, e.loc, in); err != nil {
+		err := f.withLoc(e, func(loc blockstore.Loc) error {
+			_, err := f.s.chunks.ReadAt(p, loc, in)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("read %s at %d: %w", f.path, e.off+in, err)
 		}
 		return nil
 	}
 	buf := make([]byte, e.loc.Len)
-	if err := f.s.chunks.ReadChunk(buf, e.id, e.loc, true); err != nil {
+	err := f.withLoc(e, func(loc blockstore.Loc) error { return f.s.chunks.ReadChunk(buf, e.id, loc, true) })
+	if err != nil {
 		f.s.log.Error("corrupt chunk", "file", f.path, "offset", e.off, "chunk", e.id.String(), "err", err)
 		return fmt.Errorf("read %s at file offset %d: %w", f.path, e.off, err)
 	}
 	copy(p, buf[in:])
 	return nil
+}
+
+// span returns the indexes [i, j) of the extents that hold [off, end),
+// a non-empty range inside the file.
+func (f *File) span(off, end int64) (i, j int) {
+	i = sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
+	j = i + sort.Search(len(f.exts)-i, func(k int) bool { return f.exts[i+k].off >= end })
+	return i, j
+}
+
+// resolve looks up where the chunks of extents [i, j) lie, those not
+// looked up yet, in one transaction. The file's pin keeps every chunk of
+// its manifest in the index, so a lookup after the open finds each one,
+// where it lies now; a chunk that compaction moves later is looked up
+// again by the read that finds its pack gone (withLoc).
+func (f *File) resolve(i, j int) error {
+	for k := i; k < j; k++ {
+		if e := &f.exts[k]; !e.zero && !e.known.Load() {
+			return f.resolveSlow(i, j)
+		}
+	}
+	return nil
+}
+
+func (f *File) resolveSlow(i, j int) error {
+	f.resolving.Lock()
+	defer f.resolving.Unlock()
+	return f.s.db.View(func(tx *manifest.Tx) error {
+		for k := i; k < j; k++ {
+			e := &f.exts[k]
+			if e.zero || e.known.Load() {
+				continue
+			}
+			c, err := tx.Chunk(e.id)
+			if err != nil {
+				return fmt.Errorf("chunk %s of inode %d: %w", e.id, f.ino, err)
+			}
+			e.loc = c.Loc
+			e.known.Store(true)
+		}
+		return nil
+	})
+}
+
+// locOf is where e's chunk lies: where resolve found it, unless compaction
+// has moved it since and a read found out. e must be resolved.
+func (f *File) locOf(e *extent) blockstore.Loc {
+	if m := f.moved.Load(); m != nil {
+		if l, ok := (*m)[e.id]; ok {
+			return l
+		}
+	}
+	return e.loc
+}
+
+// withLoc runs read with the place of e's chunk; if its pack has gone
+// (compaction moved the chunk and removed the pack: compact.go), it looks
+// the chunk up again and retries. The file pins its inode, so its chunks
+// stay in the index; a chunk moved again meanwhile is looked up again.
+func (f *File) withLoc(e *extent, read func(blockstore.Loc) error) error {
+	loc := f.locOf(e)
+	for range 8 {
+		err := read(loc)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		now, rerr := f.relocate(e.id)
+		if rerr != nil || now == loc {
+			return err
+		}
+		loc = now
+	}
+	return read(loc)
+}
+
+// relocate looks up again where the file's chunks lie (all of them that
+// were looked up before, in one transaction: a compaction that moved one
+// moved its neighbours too), notes their places and returns id's. e's
+// chunk is among them: it was resolved before its read.
+func (f *File) relocate(id blockstore.ID) (blockstore.Loc, error) {
+	m := map[blockstore.ID]blockstore.Loc{}
+	err := f.s.db.View(func(tx *manifest.Tx) error {
+		for i := range f.exts {
+			e := &f.exts[i]
+			if e.zero || !e.known.Load() {
+				continue
+			}
+			if _, ok := m[e.id]; ok {
+				continue
+			}
+			c, err := tx.Chunk(e.id)
+			if err != nil {
+				return fmt.Errorf("chunk %s: %w", e.id, err)
+			}
+			m[e.id] = c.Loc
+		}
+		return nil
+	})
+	if err != nil {
+		return blockstore.Loc{}, err
+	}
+	f.moved.Store(&m)
+	return m[id], nil
 }
 
 // Close unpins the file; if it was removed while open and this was its
@@ -289,18 +408,22 @@ func (f *File) Segments(off int64, n int) (segs *Segments, ok bool) {
 	}
 	segs = &Segments{}
 	end := min(off+int64(n), f.size)
-	i := sort.Search(len(f.exts), func(i int) bool { return f.exts[i].off+f.exts[i].n > off })
+	i, j := f.span(off, end)
+	if f.resolve(i, j) != nil {
+		return nil, false // ReadAt reports why
+	}
 	for ; off < end; i++ {
 		e := &f.exts[i]
 		k := min(end, e.off+e.n) - off
 		s := Segment{Len: int(k)}
 		if !e.zero {
-			fd, err := segs.acquire(f.s.packs, e.loc.Pack)
+			loc := f.locOf(e)
+			fd, err := segs.acquire(f.s.packs, loc.Pack)
 			if err != nil {
 				segs.Release()
-				return nil, false
+				return nil, false // ReadAt looks a moved chunk up again
 			}
-			s.Fd, s.Off = fd, e.loc.Off+off-e.off
+			s.Fd, s.Off = fd, loc.Off+off-e.off
 		}
 		l := segs.List
 		if last := len(l) - 1; last >= 0 && l[last].Fd == s.Fd && (s.Fd == nil || l[last].Off+int64(l[last].Len) == s.Off) {

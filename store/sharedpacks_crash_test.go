@@ -140,7 +140,7 @@ func TestCrashSharedPacks(t *testing.T) {
 	for run := 0; run < kills; run++ {
 		logPath := filepath.Join(t.TempDir(), "ops.log")
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), sharedCrashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
+		cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Dir(logPath), sharedCrashEnv+"="+dir, "KVFS_CRASH_LOG="+logPath, fmt.Sprintf("KVFS_CRASH_SEED=%d", r.Uint64()))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {

@@ -21,11 +21,20 @@ type Stats struct {
 	DeadBytes    int64   `json:"deadBytes"` // committed pack bytes no chunk uses (released chunks; failed or in-flight commits' ranges; page padding)
 	ChunkSize    int64   `json:"chunkSize"`
 	Orphans      int64   `json:"orphans"`
+	// Capacity is the store's setting (0: unlimited), Evictions what
+	// eviction removed since the store was opened (evict.go).
+	Capacity  int64          `json:"capacity"`
+	Evictions EvictionCounts `json:"evictions"`
+	// Compactions is what compaction did since the store was opened
+	// (compactstats.go).
+	Compactions CompactionCounts `json:"compactions"`
+	// Match counts prefix lookups since the store was opened (match.go).
+	Match MatchStats `json:"match"`
 }
 
 // Stats reads the store's totals in one transaction.
 func (s *Store) Stats() (*Stats, error) {
-	st := &Stats{ChunkSize: s.chunkSize}
+	st := &Stats{ChunkSize: s.chunkSize, Capacity: s.Settings().Capacity, Evictions: s.EvictionCounts(), Compactions: s.CompactionCounts(), Match: s.MatchStats()}
 	err := s.db.View(func(tx *manifest.Tx) error {
 		err := tx.ForEachInode(func(n *manifest.Inode) error {
 			if n.IsDir() {

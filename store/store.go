@@ -88,6 +88,8 @@ type Store struct {
 	db        *manifest.DB
 	packs     *blockstore.Dir // appends, punches, pack files
 	punchq    punchQueue      // released ranges being punched (punchq.go)
+	matches   matchCounts     // prefix lookups by outcome (match.go)
+	compactMu sync.Mutex      // one Compact at a time; Check waits for it (compact.go)
 	chunks    chunkReader     // reads (packs, behind the narrow interface)
 	chunkSize int64
 	log       *slog.Logger
@@ -99,6 +101,9 @@ type Store struct {
 	// (owner.go).
 	owner Owner
 	caps  snapshotCaps
+
+	// compactions counts what compaction did since Open (compactstats.go).
+	compactions compactCounter
 
 	// beforeCommit, if set (by tests), runs between chunking and commit.
 	beforeCommit func()
@@ -138,10 +143,20 @@ type Store struct {
 	adoptMin int64
 	// opening is held while a pack is opened for appending (packslot.go).
 	opening sync.Mutex
+	// retain is the capacity and retention state (settings.go,
+	// recency.go, evict.go).
+	retain retainState
 	// appendPacks is how many packs stay open for appending
 	// (maxAppendPacks; tests lower it to make ingests share a pack).
 	appendPacks int
 }
+
+// The chunk sizes a store may have: below 4 KiB the index outgrows the
+// data it saves; above 64 MiB a one-byte change rewrites too much.
+const (
+	MinChunkSize = 4 << 10
+	MaxChunkSize = 64 << 20
+)
 
 // Init creates a store in dir (which may exist but must not hold a store)
 // with chunk size chunkSize, owned by this process's user (see owner.go).
@@ -151,7 +166,7 @@ func Init(dir string, chunkSize int64) error { return InitAs(dir, chunkSize, Pro
 // owner (root initialising a store for a user), the store's files are
 // given to o, so that o can open and mount it.
 func InitAs(dir string, chunkSize int64, o Owner) error {
-	if chunkSize < 4096 || chunkSize > 64<<20 {
+	if chunkSize < MinChunkSize || chunkSize > MaxChunkSize {
 		return fmt.Errorf("init %s: chunk size %d outside [4 KiB, 64 MiB]", dir, chunkSize)
 	}
 	real, err := TrustedDir(dir)
@@ -256,9 +271,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	s.retain.kick = make(chan struct{}, 1)
+	if err := s.loadSettings(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s.loadAge()
 	if err := s.recover(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: recover: %w", dir, err)
+	}
+	if err := s.indexPrefixes(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: prefix index: %w", dir, err)
 	}
 	s.reserve.fill()
 	if s.jlog != nil {
@@ -290,6 +315,11 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) close() error {
+	if s.opened {
+		if err := s.flushUses(); err != nil {
+			s.log.Warn("uses not written at close", "err", err)
+		}
+	}
 	s.closed.Store(true)
 	s.WaitReclaim()
 	s.closeAppendPacks()

@@ -249,6 +249,44 @@ func TestBlobs(t *testing.T) {
 	put(t, s, "ns/blocks/"+sum+".tmp", b)
 }
 
+// TestBlobSizes: a blob's whole sha256 is checked at every size, whether
+// it is one chunk (its name is then its chunk's ID, not hashed again), an
+// empty file, a chunk of zeros, or many chunks; a wrong name is refused
+// and a right one reads back.
+func TestBlobSizes(t *testing.T) {
+	const C = 4096
+	s := storetest.New(t, storetest.Options{ChunkSize: C})
+	for i, n := range []int{0, 1, C - 1, C, C + 1, 2 * C, 5*C + 17} {
+		for _, zero := range []bool{false, true} {
+			b := make([]byte, n)
+			if !zero {
+				b = randBytes(n, uint64(100+i))
+			}
+			sum := sha256hex(b)
+			wrong := sha256hex(append([]byte{1}, b...))
+			_, _, err := s.Put(ctx, bytes.NewReader(b), int64(n), "ns/blocks/"+wrong, store.PutOptions{})
+			if !errors.Is(err, store.ErrBlobMismatch) {
+				t.Fatalf("%d bytes (zeros %v) under a wrong name: %v", n, zero, err)
+			}
+			if st := put(t, s, "ns/blocks/"+sum, b); st.Kind != "blob" {
+				t.Fatalf("%d bytes: kind %q", n, st.Kind)
+			}
+			f, err := s.Open("ns/blocks/" + sum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, n)
+			if k, err := f.ReadAt(got, 0); k != n || !bytes.Equal(got, b) {
+				t.Fatalf("%d bytes read back: %d, %v", n, k, err)
+			}
+			f.Close()
+		}
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCorruptChunk: with verification, a flipped byte in a pack is an error
 // naming the file, the chunk and the offset; never wrong bytes.
 func TestCorruptChunk(t *testing.T) {

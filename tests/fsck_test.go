@@ -1,3 +1,5 @@
+//go:build linux
+
 package tests
 
 import (
@@ -273,8 +275,9 @@ func TestFsckPlantedFaults(t *testing.T) {
 
 // TestFsckCleanWorkload: after a realistic workload through a mount (many
 // files sharing prefixes, an engine blocks directory, overwrites and
-// unlinks), fsck and fsck --verify find nothing (exit 0); while the store
-// is mounted, fsck refuses it, saying to unmount (exit 8).
+// unlinks), fsck and fsck --verify find nothing (exit 0), mounted (through
+// the daemon) and offline; while the store is mounted, fsck --repair is
+// refused, saying to unmount (exit 8).
 func TestFsckCleanWorkload(t *testing.T) {
 	m := newMount(t)
 	src := t.TempDir()
@@ -301,9 +304,13 @@ func TestFsckCleanWorkload(t *testing.T) {
 	}
 	sh(t, script.String())
 
-	out := wantFsck(t, 8, m.store)
-	if !strings.Contains(out, "in use") || !strings.Contains(out, "unmount") || !strings.Contains(out, m.store) {
-		t.Errorf("fsck of a mounted store: %s", out)
+	if out := wantFsck(t, 0, m.store); !strings.Contains(out, "clean") {
+		t.Errorf("fsck of the mounted store: %s", out)
+	}
+	wantFsck(t, 0, "--verify", m.store)
+	out := wantFsck(t, 8, "--repair", m.store)
+	if !strings.Contains(out, "--repair") || !strings.Contains(out, "unmount") || !strings.Contains(out, m.store) {
+		t.Errorf("fsck --repair of a mounted store: %s", out)
 	}
 	kvfs(t, "unmount", m.mnt)
 	waitUnmounted(t, m)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package tests
 
 import (
@@ -449,17 +451,22 @@ func TestControlSocket(t *testing.T) {
 	if out := kvfs(t, "put", m.store, src, "d/old"); !strings.Contains(out, "d/old: 3.0 MiB") {
 		t.Fatalf("put: %s", out)
 	}
-	got, err := os.ReadFile(m.path("d/old"))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("the mount does not see the put: %v", err)
-	}
+	seenBehindKernel(t, func() error {
+		if got, err := os.ReadFile(m.path("d/old")); err != nil || !bytes.Equal(got, want) {
+			return fmt.Errorf("the mount does not see the put: %v", err)
+		}
+		return nil
+	})
 	if out := kvfs(t, "ls", "-l", m.store, "d"); !strings.Contains(out, "3145728") {
 		t.Fatalf("ls: %s", out)
 	}
 	kvfs(t, "mv", m.store, "d/old", "d/new")
-	if _, err := os.Stat(m.path("d/old")); !os.IsNotExist(err) {
-		t.Fatalf("the mount still shows the old name: %v", err)
-	}
+	seenBehindKernel(t, func() error {
+		if _, err := os.Stat(m.path("d/old")); !os.IsNotExist(err) {
+			return fmt.Errorf("the mount still shows the old name: %v", err)
+		}
+		return nil
+	})
 	out := filepath.Join(t.TempDir(), "out")
 	kvfs(t, "get", "--verify", m.store, "d/new", out)
 	sh(t, fmt.Sprintf("cmp %s %s", src, out))
@@ -467,9 +474,12 @@ func TestControlSocket(t *testing.T) {
 		t.Fatal("stats through the socket")
 	}
 	kvfs(t, "rm", m.store, "d/new")
-	if _, err := os.Stat(m.path("d/new")); !os.IsNotExist(err) {
-		t.Fatalf("the mount still shows a removed file: %v", err)
-	}
+	seenBehindKernel(t, func() error {
+		if _, err := os.Stat(m.path("d/new")); !os.IsNotExist(err) {
+			return fmt.Errorf("the mount still shows a removed file: %v", err)
+		}
+		return nil
+	})
 	// Errors keep their exit codes.
 	cmd := exec.Command(kvfsBin, "get", m.store, "missing", out)
 	if err := cmd.Run(); cmd.ProcessState.ExitCode() != 1 {

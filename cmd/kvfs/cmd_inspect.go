@@ -28,7 +28,7 @@ func (o *inspectOptions) addFlags(fs *pflag.FlagSet) {
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o inspectOptions
-	fs := newFlags("inspect", "[--verify] [--json] FILE...", "Print what a .mlxkv snapshot holds: its format and layout, model, namespace,\ntoken count, and each cache's kind, tensor shapes, dtypes and sizes.\nWith --verify, also check the tensor bytes against their recorded hashes;\na mismatch exits with status 3.", stderr)
+	fs := newFlags("inspect", "[--verify] [--json] FILE...", "Print what a .mlxkv snapshot holds: its format and layout, model, namespace,\ntoken count, and each cache's kind, tensor shapes, dtypes and sizes.\nWith --verify, also check the tensor bytes against their recorded hashes;\na mismatch exits with status 3.")
 	o.addFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err

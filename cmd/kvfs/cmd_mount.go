@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,13 +53,27 @@ type mountOptions struct {
 	// packBytes is store.Options.PackBytes (for tests that need many
 	// packs).
 	packBytes int64
+	// compactEvery and compactThreshold drive background compaction
+	// (compactd.go).
+	compactEvery     time.Duration
+	compactThreshold float64
+	noMemSpool       bool
+	// simulateDarwin: --simulate-darwin (fs.Options.SimulateDarwin).
+	simulateDarwin bool
+	// kernelOptions are the -o options passed on to the kernel (ro,
+	// noexec, ...).
+	kernelOptions []string
+	// timeout is fs.Options.Timeout, by platform (mountopts.go).
+	timeout time.Duration
+	// retain: --capacity, --retention (cmd_retain.go).
+	retain retainOptions
 }
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
-	fs := newFlags("mount", "[flags] STORE MOUNTPOINT", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3).", stderr)
+	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.")
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
-	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md)")
+	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md); ro, noexec, nosuid, nodev (as for any filesystem); fstab's and systemd's own (nofail, _netdev, x-systemd.*, ...) are accepted and ignored; macOS: volname=NAME (default: the mount point's name) and noappledouble are set by default, macFUSE's allow_root, nobrowse, local, auto_cache, iconpath= are passed on, noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr, daemon_timeout are refused, others are passed on with a warning (docs/MACOS.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
@@ -67,6 +82,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the daemon to this file until it unmounts (for performance reports)")
 	fs.IntVar(&o.maxOpenPacks, "max-open-packs", 0, fmt.Sprintf("how many pack files the daemon keeps open for reading (least recently used ones are closed; packs being read stay open); 0: %d, or an eighth of the descriptor limit if that is less", blockstore.DefaultMaxOpen))
+	fs.DurationVar(&o.compactEvery, "compact-interval", time.Minute, "how often the daemon compacts the store in the background (rewrites packs whose dead fraction reaches --compact-threshold, removes dead ones; see kvfs gc); 0 turns it off")
+	fs.Float64Var(&o.compactThreshold, "compact-threshold", store.DefaultCompactThreshold, "the dead fraction from which background compaction rewrites a pack (0 < F <= 1)")
 	fs.IntVar(&o.readyFD, "ready-fd", 0, "internal: file descriptor on which to report readiness")
 	fs.MarkHidden("ready-fd")
 	fs.BoolVar(&o.keepPipeLimit, "keep-pipe-limit", false, "testing: do not raise fs.pipe-max-size, so that reads are spliced within the current limit")
@@ -79,31 +96,62 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("checkpoint-interval")
 	fs.BoolVar(&o.noKillpriv, "no-killpriv", false, "testing: leave clearing set-ID bits at writes to the kernel (no FUSE_HANDLE_KILLPRIV_V2), which then asks for security.capability before every write, to measure what handling it in kvfs saves")
 	fs.MarkHidden("no-killpriv")
+	fs.BoolVar(&o.noMemSpool, "no-mem-spool", false, "testing: keep every file being written in a spool file, none in memory (each then holds a descriptor of the daemon)")
+	fs.MarkHidden("no-mem-spool")
+	fs.BoolVar(&o.simulateDarwin, "simulate-darwin", false, "testing: behave as the macOS build does where Linux can (no kernel notifications, macOS's 1 s timeouts, macFUSE's page cache across opens, no splice, writeback cache or READDIRPLUS), to test the macOS strategy for staleness on a real kernel (docs/MACOS.md)")
+	fs.MarkHidden("simulate-darwin")
 	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
 	fs.MarkHidden("pack-bytes")
+	addRetainFlags(fs, &o.retain)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
+	paths := fs.Args()
+	switch len(paths) {
+	case 2:
+	case 0:
+		// The default store at the default mount point (defaultpaths.go),
+		// which is made below if missing: what the launchd agent
+		// (contrib/) mounts.
+		home, _ := os.UserHomeDir()
+		storeDir, mnt, err := defaultPaths(runtime.GOOS, os.Getenv, home)
+		if err != nil {
+			return usagef("want STORE MOUNTPOINT: %v", err)
+		}
+		paths = []string{storeDir, mnt}
+	default:
 		return usagef("want STORE MOUNTPOINT")
+	}
+	if o.compactThreshold <= 0 || o.compactThreshold > 1 || o.compactEvery < 0 {
+		return usagef("--compact-threshold: want a fraction in (0, 1]; --compact-interval: want 0 or more")
+	}
+	if _, err := o.retain.settings(); err != nil {
+		return err
 	}
 	if o.maxOpenPacks < 0 {
 		return usagef("--max-open-packs: want 0 (the default) or more, not %d", o.maxOpenPacks)
 	}
-	allowOther := false
-	for _, opt := range strings.Split(strings.Join(o.options, ","), ",") {
-		switch strings.TrimSpace(opt) {
-		case "":
-		case "allow_other":
-			allowOther = true
-		case "writeback_cache":
-			o.writeback = true
-		case "rw", "defaults", "nodev", "nosuid", "noatime", "relatime", "_netdev", "auto", "noauto", "user", "nouser":
-			// accepted from fstab and mount(8); nothing to do
-		default:
-			return usagef("unknown mount option %q", opt)
-		}
+	mntArg, err := filepath.Abs(paths[1])
+	if err != nil {
+		return err
 	}
+	set, err := buildMountOptions(runtime.GOOS, mntArg, o.options)
+	if err != nil {
+		return err
+	}
+	if o.simulateDarwin {
+		if runtime.GOOS != "linux" {
+			return usagef("--simulate-darwin: Linux only (it simulates macOS on Linux's FUSE)")
+		}
+		set = simulateDarwin(set)
+	}
+	for _, w := range set.warnings {
+		fmt.Fprintf(stderr, "kvfs mount: warning: %s\n", w)
+	}
+	allowOther := set.allowOther
+	o.writeback = set.writeback
+	o.kernelOptions = set.kernel
+	o.timeout = set.timeout
 	if allowOther {
 		if err := checkAllowOther(); err != nil {
 			return err
@@ -114,37 +162,41 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--log-level: %v", err)
 	}
 	// A daemon outlives the caller's working directory: use absolute paths.
-	storeDir, err := filepath.Abs(fs.Arg(0))
+	storeDir, err := filepath.Abs(paths[0])
 	if err != nil {
 		return err
 	}
-	mnt, err := filepath.Abs(fs.Arg(1))
-	if err != nil {
-		return err
+	mnt := mntArg
+	// macFUSE's helper is what mounts on macOS: say how to install it
+	// before a daemon fails for want of it.
+	if runtime.GOOS == "darwin" {
+		if err := checkMacFUSE(os.Stat); err != nil {
+			return err
+		}
+	}
+	if len(fs.Args()) == 0 {
+		if err := os.MkdirAll(mnt, 0o700); err != nil {
+			return fmt.Errorf("mount: create the default mount point: %w", err)
+		}
 	}
 	// Fail here, with the cause, rather than in the daemon's log.
-	if _, err := os.Stat(filepath.Join(storeDir, "kvfs.db")); err != nil {
-		return fmt.Errorf("mount: %s is not a kvfs store (run kvfs init %s): %w", storeDir, storeDir, err)
-	}
-	if fi, err := os.Stat(mnt); err != nil {
-		return fmt.Errorf("mount: mount point: %w", err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("mount: mount point %s is not a directory", mnt)
+	if err := checkMountTarget(storeDir, mnt, stderr); err != nil {
+		return err
 	}
 	// Splicing 1 MiB replies needs a larger pipe limit, which go-fuse
 	// reads when the process starts: raise it first, and if this process
 	// is the one to serve, start it again to see the new limit.
-	if os.Geteuid() == 0 && !o.keepPipeLimit && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
+	if os.Geteuid() == 0 && !o.keepPipeLimit && !o.simulateDarwin && kvfs.RaisePipeLimit(slog.New(slog.NewTextHandler(stderr, nil))) && o.foreground {
 		exe, err := os.Executable()
 		if err == nil {
 			return syscall.Exec(exe, os.Args, os.Environ())
 		}
 	}
 	if !o.foreground {
-		return daemonize(append(fs.Args()[:0:0], storeDir, mnt), storeDir, o, stdout)
+		return mountFailureHint(runtime.GOOS, daemonize([]string{storeDir, mnt}, storeDir, o, stdout))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return serve(ctx, storeDir, mnt, o, allowOther, log)
+	return mountFailureHint(runtime.GOOS, serve(ctx, storeDir, mnt, o, allowOther, log))
 }
 
 // daemonize starts this command again in the foreground, detached, and
@@ -190,7 +242,8 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.debugFUSE {
 		flags = append(flags, "--debug-fuse")
 	}
-	flags = append(flags, "--blob-grace", o.blobGrace.String(), "--max-open-packs", fmt.Sprint(o.maxOpenPacks))
+	flags = append(flags, "--blob-grace", o.blobGrace.String(), "--max-open-packs", fmt.Sprint(o.maxOpenPacks),
+		"--compact-interval", o.compactEvery.String(), "--compact-threshold", strconv.FormatFloat(o.compactThreshold, 'g', -1, 64))
 	if o.keepPipeLimit {
 		flags = append(flags, "--keep-pipe-limit")
 	}
@@ -209,15 +262,26 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	if o.packBytes > 0 {
 		flags = append(flags, "--pack-bytes", fmt.Sprint(o.packBytes))
 	}
+	if o.noMemSpool {
+		flags = append(flags, "--no-mem-spool")
+	}
+	if o.simulateDarwin {
+		flags = append(flags, "--simulate-darwin")
+	}
 	if o.metrics != "" {
 		flags = append(flags, "--metrics", o.metrics)
 	}
+	flags = append(flags, o.retain.args()...)
 	if o.cpuProfile != "" {
 		p, err := filepath.Abs(o.cpuProfile)
 		if err != nil {
 			return err
 		}
 		flags = append(flags, "--cpu-profile", p)
+	}
+	var logStart int64
+	if fi, err := logf.Stat(); err == nil {
+		logStart = fi.Size()
 	}
 	cmd := exec.Command(exe, append(flags, args...)...)
 	cmd.Dir = "/"
@@ -235,10 +299,39 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		return nil
 	}
 	cmd.Wait()
-	if msg := strings.TrimSpace(strings.TrimPrefix(line, "error:")); msg != "" {
-		return errors.New(msg)
+	// What fusermount3 said (failed to open /dev/fuse, no write access to
+	// the mount point, ...) is the cause; go-fuse reports only its exit
+	// code. It went to the log: bring it to the terminal.
+	cause := strings.Join(foreignLines(logPath, logStart), "\n")
+	if cause != "" {
+		cause = "\n" + cause
 	}
-	return fmt.Errorf("daemon exited before the mount was live; see %s", logPath)
+	if msg := strings.TrimSpace(strings.TrimPrefix(line, "error:")); msg != "" {
+		return fmt.Errorf("%s%s", msg, cause)
+	}
+	return fmt.Errorf("daemon exited before the mount was live; see %s%s", logPath, cause)
+}
+
+// foreignLines returns the lines of the log at path from offset from that
+// the daemon's logger did not write (those start "time="): the words of
+// the programs it ran, fusermount3 above all. At most the last 20.
+func foreignLines(path string, from int64) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(io.NewSectionReader(f, from, 1<<20))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "time=") && !strings.HasPrefix(l, "kvfs mount: ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return lines
 }
 
 // serve mounts and serves until a signal or an external unmount.
@@ -272,8 +365,8 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		return fail(err)
 	}
 	defer s.Close()
-	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
-		WritebackCache: o.writeback, NoKillpriv: o.noKillpriv,
+	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, KernelOptions: o.kernelOptions, NoMemSpool: o.noMemSpool, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
+		WritebackCache: o.writeback, NoKillpriv: o.noKillpriv, Timeout: o.timeout, SimulateDarwin: o.simulateDarwin,
 		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
 	if err != nil {
 		return fail(err)
@@ -287,6 +380,13 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		return fail(err)
 	}
 	defer ctl.close()
+	defer startCompactor(s, o.compactEvery, o.compactThreshold, log)()
+	stopEvict, err := startRetention(s, srv, o.retain, log)
+	if err != nil {
+		srv.Unmount()
+		return fail(err)
+	}
+	defer stopEvict()
 	if o.metrics != "" {
 		stop, err := serveMetrics(o.metrics, s, srv, log)
 		if err != nil {
@@ -296,7 +396,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer stop()
 	}
 	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify,
-		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize())
+		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize(), "simulate_darwin", o.simulateDarwin)
 	ready("ok")
 
 	sigs := make(chan os.Signal, 1)
@@ -343,8 +443,8 @@ func logFileLimit(log *slog.Logger) {
 }
 
 func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("unmount", "MOUNTPOINT", "Unmount a kvfs mount. The daemon finishes in-flight writes and exits.", stderr)
-	lazy := fs.BoolP("lazy", "l", false, "detach now even if files are open (they keep working until closed)")
+	fs := newFlags("unmount", "MOUNTPOINT", "Unmount a kvfs mount. The daemon finishes in-flight writes and exits.")
+	lazy := fs.BoolP("lazy", "l", false, "detach now even if files are open (they keep working until closed); Linux only: macOS has no lazy unmount")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -352,28 +452,21 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("want MOUNTPOINT")
 	}
 	mnt := fs.Arg(0)
-	if os.Geteuid() == 0 {
-		flags := 0
-		if *lazy {
-			flags = detachFlag
-		}
-		if err := syscall.Unmount(mnt, flags); err != nil {
-			return &os.PathError{Op: "unmount", Path: mnt, Err: err}
-		}
-		return nil
+	// Only a kvfs mount: as root, unmount(2) would take down anything.
+	e, ok, err := mountAt(mnt)
+	switch {
+	case err != nil:
+		return fmt.Errorf("unmount %s: %w", mnt, err)
+	case !ok:
+		return fmt.Errorf("unmount %s: not a mount point", mnt)
+	case !e.isKvfs():
+		return fmt.Errorf("unmount %s: not a kvfs mount (a %s mount of %s); kvfs unmounts only its own", mnt, e.FSType, e.Source)
 	}
-	args = []string{"-u", mnt}
-	if *lazy {
-		args = []string{"-u", "-z", mnt}
+	sys := unmountSys{
+		root:     os.Geteuid() == 0,
+		unmount:  syscall.Unmount,
+		lookPath: exec.LookPath,
+		run:      func(name string, args ...string) ([]byte, error) { return exec.Command(name, args...).CombinedOutput() },
 	}
-	for _, bin := range []string{"fusermount3", "fusermount"} {
-		if p, err := exec.LookPath(bin); err == nil {
-			out, err := exec.Command(p, args...).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("unmount %s: %s", mnt, strings.TrimSpace(string(out)))
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("unmount %s: not root and no fusermount3 (apt-get install fuse3)", mnt)
+	return unmountMount(runtime.GOOS, e.Point, *lazy, sys)
 }

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -23,14 +27,25 @@ const progressMinBytes = 64 << 20
 
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var chunk sizeFlag = store.DefaultChunkSize
-	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] STORE", "Create an empty store in the directory STORE (created if missing).\nThe chunk size is fixed for the store's life. The store's owner (by default\nwho runs init) owns the mount's root and the files stored with put.", stderr)
+	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] [STORE]", "Create an empty store in the directory STORE (created if missing; default:\n$KVFS_STORE, or kvfs/store under $XDG_DATA_HOME, ~/.local/share (Linux) or\n~/Library/Application Support (macOS, where the store is also kept out of\nSpotlight and Time Machine)). The chunk size is fixed for the store's life.\nThe store's owner (by default who runs init) owns the mount's root and the\nfiles stored with put.")
 	fs.Var(&chunk, "chunk-size", "chunk size C: the unit of deduplication, 4KiB to 64MiB (e.g. 64KiB, 1MiB)")
 	ownerFlag := fs.String("owner", "", "the store's owner, as numeric UID:GID (root initialising a store for a user; the store's files are given to them)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() > 1 {
 		return usagef("want STORE")
+	}
+	dir := fs.Arg(0)
+	if fs.NArg() == 0 {
+		home, _ := os.UserHomeDir()
+		var err error
+		if dir, _, err = defaultPaths(runtime.GOOS, os.Getenv, home); err != nil {
+			return usagef("want STORE: %v", err)
+		}
+	}
+	if chunk < store.MinChunkSize || chunk > store.MaxChunkSize {
+		return usagef("--chunk-size %s: want 4KiB to 64MiB", formatBytes(int64(chunk)))
 	}
 	owner := store.ProcessOwner()
 	if *ownerFlag != "" {
@@ -39,10 +54,37 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return usagef("--owner: %v", err)
 		}
 	}
-	if err := store.InitAs(fs.Arg(0), int64(chunk), owner); err != nil {
+	if err := store.InitAs(dir, int64(chunk), owner); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "initialised store %s (chunk size %s)\n", fs.Arg(0), formatBytes(int64(chunk)))
+	fmt.Fprintf(stdout, "initialised store %s (chunk size %s)\n", dir, formatBytes(int64(chunk)))
+	done, warnings := excludeStore(runtime.GOOS, dir, excludeSys{
+		create: func(p string) error { return createMarker(p, owner) },
+		run:    func(name string, args ...string) ([]byte, error) { return exec.Command(name, args...).CombinedOutput() },
+	})
+	for _, d := range done {
+		fmt.Fprintf(stdout, "  %s\n", d)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "kvfs init: warning: %s\n", w)
+	}
+	return nil
+}
+
+// createMarker creates the empty file path (a marker such as
+// .metadata_never_index), owned by the store's owner; one already there
+// is kept.
+func createMarker(path string, owner store.Owner) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if owner != store.ProcessOwner() {
+		return os.Lchown(path, int(owner.UID), int(owner.GID))
+	}
 	return nil
 }
 
@@ -58,7 +100,7 @@ func parseOwner(s string) (store.Owner, error) {
 }
 
 func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("put", "STORE SRC DEST", "Store the local file SRC as DEST in STORE, creating DEST's parent\ndirectories and replacing an existing DEST atomically. Snapshots (.mlxkv)\nare chunked along their tensor rows to share bytes with earlier snapshots.", stderr)
+	fs := newFlags("put", "STORE SRC DEST", "Store the local file SRC as DEST in STORE (under SRC's name if DEST is a\ndirectory or ends in /), creating DEST's parent directories and replacing\nan existing DEST atomically. Snapshots (.mlxkv) are chunked along their\ntensor rows to share bytes with earlier snapshots.")
 	quiet := fs.BoolP("quiet", "q", false, "print nothing on success")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,9 +117,15 @@ func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer s.Close()
+	dest := fs.Arg(2)
+	// As cp does: a DEST that is a directory (or ends in "/") receives
+	// SRC under its own name.
+	if d, err := s.Stat(dest); strings.HasSuffix(dest, "/") || dest == "" || err == nil && d.Mode.IsDir() {
+		dest = path.Join(dest, filepath.Base(fs.Arg(1)))
+	}
 	bar := newProgress(stdout, "put", progressMinBytes, fi.Size())
 	start := time.Now()
-	info, st, err := s.Put(ctx, fs.Arg(1), fs.Arg(2), bar.update)
+	info, st, err := s.Put(ctx, fs.Arg(1), dest, bar.update)
 	bar.done()
 	if err != nil {
 		return err
@@ -93,7 +141,7 @@ func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("get", "[--verify] STORE PATH DST", "Copy the file PATH out of STORE to the local file DST (\"-\" for standard\noutput). DST is written through a temporary file and renamed into place;\nruns of zeros become holes.", stderr)
+	fs := newFlags("get", "[--verify] STORE PATH DST", "Copy the file PATH out of STORE to the local file DST (\"-\" for standard\noutput; under PATH's name if DST is a directory). DST is written through a\ntemporary file and renamed into place; runs of zeros become holes.")
 	verify := fs.Bool("verify", false, "check every chunk's sha256 while reading; a mismatch fails with exit status 3")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -118,6 +166,12 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			err = fmt.Errorf("get %s: %d of %d bytes (see the daemon's log)", fs.Arg(1), n, size)
 		}
 		return corruptErr(err)
+	}
+	// As cp does: into a directory, under PATH's own name.
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		dst = filepath.Join(dst, path.Base(fs.Arg(1)))
+	} else if strings.HasSuffix(dst, "/") {
+		return fmt.Errorf("get %s: directory %s: %w", fs.Arg(1), dst, err)
 	}
 	bar := newProgress(stdout, "get", progressMinBytes, size)
 	err = copyOut(ctx, r, size, dst, bar)
@@ -194,7 +248,7 @@ func allZero(b []byte) bool {
 }
 
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("ls", "[-l] STORE [PATH]", "List the directory PATH (default: the root) of STORE, or describe the file PATH.", stderr)
+	fs := newFlags("ls", "[-l] STORE [PATH]", "List the directory PATH (default: the root) of STORE, or describe the file PATH.")
 	long := fs.BoolP("long", "l", false, "show mode, size, modification time and how each file is stored")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -241,7 +295,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("rm", "STORE PATH...", "Remove files or empty directories from STORE. The bytes of chunks that no\nother file uses are freed.", stderr)
+	fs := newFlags("rm", "STORE PATH...", "Remove files or empty directories from STORE. The bytes of chunks that no\nother file uses are freed.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -262,7 +316,7 @@ func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runMv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("mv", "STORE OLD NEW", "Rename OLD to NEW in STORE atomically, replacing a file at NEW.", stderr)
+	fs := newFlags("mv", "STORE OLD NEW", "Rename OLD to NEW in STORE atomically, replacing a file at NEW.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -278,7 +332,7 @@ func runMv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("stats", "[--json] STORE", "Print a store's totals: logical bytes (what the files hold), stored bytes\n(what the chunks take), the dedup ratio, chunks, packs and dead bytes.", stderr)
+	fs := newFlags("stats", "[--json] STORE", "Print a store's totals: logical bytes (what the files hold), stored bytes\n(what the chunks take), the dedup ratio, chunks, packs and dead bytes:\nbytes of packs that no chunk uses any more (released by removals and\nrewrites, reserved by commits that failed or are in flight, and the padding\nthat starts each commit on a page). Dead bytes are punched out of the packs\nwhere the filesystem can, and reclaimed by compaction (kvfs gc).")
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -307,10 +361,15 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "dedup ratio:   %.2fx\n", st.DedupRatio)
 	fmt.Fprintf(stdout, "chunks:        %d (chunk size %s)\n", st.Chunks, formatBytes(st.ChunkSize))
 	fmt.Fprintf(stdout, "packs:         %d, %s committed, %s dead\n", st.Packs, formatBytes(st.PackBytes), formatBytes(st.DeadBytes))
+	if st.DeadBytes > 0 {
+		fmt.Fprintf(stdout, "               (dead: pack bytes no chunk uses any more: released, or commit padding;\n"+
+			"                punched where the filesystem can, reclaimed by compaction: kvfs gc)\n")
+	}
 	return nil
 }
 
-// sizeFlag is a byte size flag accepting suffixes K, KiB, M, MiB, G, GiB.
+// sizeFlag is a byte size flag: a number with an optional unit, as
+// store.ParseSize reads it ("64KiB", "1m", "64.0 KiB" as kvfs prints it).
 type sizeFlag int64
 
 var _ pflag.Value = (*sizeFlag)(nil)
@@ -318,28 +377,12 @@ var _ pflag.Value = (*sizeFlag)(nil)
 func (s *sizeFlag) String() string { return formatBytes(int64(*s)) }
 func (s *sizeFlag) Type() string   { return "size" }
 func (s *sizeFlag) Set(v string) error {
-	n, err := parseSize(v)
+	n, err := store.ParseSize(v)
 	if err != nil {
 		return err
 	}
 	*s = sizeFlag(n)
 	return nil
-}
-
-func parseSize(v string) (int64, error) {
-	var n int64
-	var unit string
-	if _, err := fmt.Sscanf(v, "%d%s", &n, &unit); err != nil && !errors.Is(err, io.EOF) && unit == "" {
-		if _, err := fmt.Sscanf(v, "%d", &n); err != nil {
-			return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB)", v)
-		}
-	}
-	mult := map[string]int64{"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KiB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GiB": 1 << 30}
-	m, ok := mult[unit]
-	if !ok || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB)", v)
-	}
-	return n * m, nil
 }
 
 func isCorrupt(err error) bool {

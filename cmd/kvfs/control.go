@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 //	GET    /v1/file?path=P[&verify=1]
 //	DELETE /v1/file?path=P
 //	POST   /v1/rename?from=A&to=B
+//	POST   /v1/match                body and reply: JSON (match.go)
 //
 // Errors come back as a status and {"error": message, "kind": sentinel},
 // so that the client returns the same errors (and exit codes) as the store.
@@ -99,6 +101,7 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 		}
 		return out, err
 	}))
+	registerRetention(mux, c) // cmd_retain.go
 	mux.HandleFunc("PUT /v1/file", c.put)
 	mux.HandleFunc("GET /v1/file", c.get)
 	mux.HandleFunc("DELETE /v1/file", c.slow(func(r *http.Request) (any, error) {
@@ -109,6 +112,9 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 		}
 		return struct{}{}, err
 	}))
+	mux.HandleFunc("POST /v1/gc", c.slow(compactRequest(s))) // gc.go
+	mux.HandleFunc("POST /v1/fsck", fsckRequest(s))          // fsck_socket.go
+	mux.HandleFunc("POST /v1/match", c.match)                // match.go
 	mux.HandleFunc("POST /v1/rename", c.slow(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		err := s.Rename(q.Get("from"), q.Get("to"))
@@ -121,6 +127,7 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 	c.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: ctlHeaderTimeout,
+		ConnContext:       peerContext, // match.go
 		IdleTimeout:       ctlIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -398,11 +405,19 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.err }
 
 func (c *socketClient) do(method, path string, q url.Values, body io.Reader, out any) (*http.Response, error) {
+	return c.doCtx(context.Background(), method, path, q, body, out)
+}
+
+// doCtx is do until ctx is done: then the connection is closed, which
+// cancels the request in the daemon too (its request context ends when
+// the client goes), so that Ctrl-C stops a put that the daemon is
+// storing, not only the upload.
+func (c *socketClient) doCtx(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) (*http.Response, error) {
 	// The daemon sends "102 Processing" while it works on a long request;
 	// seeing them (rather than letting the transport count them against
 	// its header limit) is all the client does with them.
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace),
 		method, "http://kvfs"+path+"?"+q.Encode(), body)
 	if err != nil {
 		return nil, err
@@ -480,10 +495,30 @@ func (c *socketClient) Put(ctx context.Context, src, path string, progress func(
 	}
 	var body io.Reader = f
 	if progress != nil {
-		body = &progressReader{r: f, total: fi.Size(), progress: progress}
+		pr := &progressReader{r: f, total: fi.Size(), progress: progress}
+		body = pr
+		// Once the upload is done the daemon stores the file (seconds for
+		// a large one): the bar says so, and for how long, instead of
+		// sitting at 100%.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(200 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if pr.done.Load() >= pr.total {
+						progress(pr.total, pr.total)
+					}
+				}
+			}
+		}()
 	}
 	var out putReply
-	_, err = c.do("PUT", "/v1/file", url.Values{"path": {path}}, body, &out)
+	_, err = c.doCtx(ctx, "PUT", "/v1/file", url.Values{"path": {path}}, body, &out)
 	return out.Info.info(), out.Stats, err
 }
 
@@ -543,14 +578,14 @@ func (c *socketClient) Close() error { c.http.CloseIdleConnections(); return nil
 // progressReader reports how much of a body has been sent.
 type progressReader struct {
 	r        io.Reader
-	done     int64
+	done     atomic.Int64 // read by Put's ticker
 	total    int64
 	progress func(done, total int64)
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	p.done += int64(n)
-	p.progress(p.done, p.total)
+	done := p.done.Add(int64(n))
+	p.progress(done, p.total)
 	return n, err
 }

@@ -26,12 +26,19 @@ func (e exitStatus) Error() string {
 func (e exitStatus) Unwrap() error { return e.err }
 
 func runFsck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("fsck", "[--verify] [--repair] STORE", `Check a store offline: recompute every chunk's refcount from the manifests,
-check that every chunk lies inside its pack and is not punched out, that
-every pack has its committed length, and the blob records, names and
-attributes. Each problem names the chunk, its pack and offset, and the files
-(with file offsets) that list it. The store must not be mounted (fsck takes
-its lock; a mounted store is refused: unmount it first).
+	fs := newFlags("fsck", "[--verify] [--repair] STORE", `Check a store: recompute every chunk's refcount from the manifests, check
+that every chunk lies inside its pack and is not punched out, that every
+pack has its committed length, and the blob records, names and attributes.
+Each problem names the chunk, its pack and offset, and the files (with file
+offsets) that list it.
+
+When the store is mounted, the daemon checks it (through its control
+socket, STORE/kvfs.sock) while it serves: writes, removals, eviction go on
+(background compaction waits), and a problem is reported only when a
+second look finds it again, so a write in flight is not mistaken for one.
+--verify works the same there, with the progress line. --repair is refused
+on a mounted store (exit 8): it rewrites refcounts and manifests in one
+sweep that live writes would race; unmount and run it offline.
 
 With --repair, refcounts and pack records are set to what the manifests and
 the pack files say; chunks whose bytes are gone are dropped, and the files
@@ -48,7 +55,8 @@ Exit status:
      or a problem --repair could not fix
   4  interrupted by SIGINT or SIGTERM
   5  problems found and all repaired, no byte lost
-  8  fsck could not run: the store is in use (mounted) or unreadable`, stderr)
+  8  fsck could not run: the store is unreadable, its daemon does not
+     answer, or --repair was asked of a mounted store`)
 	verify := fs.Bool("verify", false, "also read every chunk and check its sha256 (packs are read front to back, at disk speed; a progress line on a terminal's stderr)")
 	repair := fs.Bool("repair", false, "fix refcounts and pack records, drop lost chunks and mark the files that lost bytes damaged")
 	if err := parseFlags(fs, args); err != nil {
@@ -63,7 +71,10 @@ Exit status:
 		bar = newProgress(stderr, "verify", 0, 1)
 		opts.Progress = bar.update
 	}
-	code, err := gc.Fsck(ctx, fs.Arg(0), opts, stdout)
+	code, err := fsckMounted(ctx, fs.Arg(0), opts, stdout)
+	if err == errNotMounted {
+		code, err = gc.Fsck(ctx, fs.Arg(0), opts, stdout)
+	}
 	if bar != nil {
 		bar.done()
 	}

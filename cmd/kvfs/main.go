@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -40,8 +41,14 @@ func commands() []command {
 		{"rm", "remove files or empty directories from a store", runRm},
 		{"mv", "rename a file or directory in a store", runMv},
 		{"stats", "print a store's sizes and dedup ratio", runStats},
+		{"match", "find the snapshot that best seeds a prompt (longest prefix)", runMatch},
 		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
 		{"fsck", "check a store offline (and --repair it); own exit statuses", runFsck},
+		{"gc", "compact a store: rewrite mostly dead packs, remove dead ones", runGC},
+		{"config", "show or change a store's capacity and retention settings", runConfig},
+		{"pin", "keep files from eviction", runPin},
+		{"unpin", "let pinned files be evicted again", runUnpin},
+		{"version", "print the version and the revision it was built from", runVersion},
 	}
 }
 
@@ -74,6 +81,9 @@ func main() {
 // run executes one command line and returns the exit code. It is the only
 // place where errors become messages and exit codes.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-V") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
@@ -100,6 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return es.code
 		case errors.Is(err, pflag.ErrHelp):
+			var h helpText
+			if errors.As(err, &h) {
+				fmt.Fprint(stdout, h.text)
+			}
 			return exitOK
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "kvfs %s: %v\nRun 'kvfs %s --help' for usage.\n", c.name, err, c.name)
@@ -139,22 +153,40 @@ Exit codes:
 
 // newFlags returns a flag set for a subcommand that reports errors to the
 // caller instead of exiting, with a usage text that lists every flag.
-func newFlags(name, usage, about string, stderr io.Writer) *pflag.FlagSet {
+// Nothing is printed while parsing: parseFlags returns the help text (for
+// --help, which run prints to standard output, as restic and rclone do)
+// or the error (which run prints to standard error, once).
+func newFlags(name, usage, about string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: kvfs %s %s\n\n%s\n\nFlags:\n%s", name, usage, about, fs.FlagUsages())
+		fmt.Fprintf(fs.Output(), "Usage: kvfs %s %s\n\n%s\n", name, usage, about)
+		if f := fs.FlagUsages(); f != "" {
+			fmt.Fprintf(fs.Output(), "\nFlags:\n%s", f)
+		}
 	}
 	return fs
 }
 
+// helpText is what --help asked for: a command's usage, for standard
+// output. It matches pflag.ErrHelp.
+type helpText struct{ text string }
+
+func (h helpText) Error() string        { return "help requested" }
+func (h helpText) Is(target error) bool { return target == pflag.ErrHelp }
+
 // parseFlags parses args, turning pflag errors other than --help into
 // usage errors.
 func parseFlags(fs *pflag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out := fs.Output()
+	var help strings.Builder
+	fs.SetOutput(&help)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return err
+			return helpText{help.String()}
 		}
 		return usageError{err.Error()}
 	}

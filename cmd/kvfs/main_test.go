@@ -82,7 +82,7 @@ func TestInspectFailures(t *testing.T) {
 		{[]string{"inspect", "--verify", corrupt}, exitCorrupt, "checksum mismatch"},
 		{[]string{"inspect", "--json", "--verify", corrupt}, exitCorrupt, "slot 0"},
 		{[]string{"inspect", corrupt}, exitOK, ""},
-		{[]string{"inspect", garbage}, exitFailure, "not an mlx-bun KV v2 cache file"},
+		{[]string{"inspect", garbage}, exitFailure, "not an mlx-bun KV snapshot (formats 2-5"},
 		{[]string{"inspect", filepath.Join(dir, "missing")}, exitFailure, "no such file"},
 		{[]string{"inspect", dir}, exitFailure, "is a directory"},
 		{[]string{"inspect", "--verify", whole300, corrupt, garbage}, exitCorrupt, "1 of 3 files"},
@@ -98,6 +98,35 @@ func TestInspectFailures(t *testing.T) {
 		code, out, errOut := runCmd(c.args...)
 		if code != c.code || !strings.Contains(out+errOut, c.want) {
 			t.Errorf("kvfs %v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", c.args, code, c.code, c.want, out, errOut)
+		}
+	}
+}
+
+// TestHelpOnStdout: help is output, not an error: "kvfs CMD --help" and
+// "kvfs help CMD" print every command's usage to standard output and
+// nothing to standard error; a bad flag prints one line and a hint to
+// standard error, not the whole usage; a command without flags shows no
+// empty "Flags:" section.
+func TestHelpOnStdout(t *testing.T) {
+	for _, c := range commands() {
+		for _, args := range [][]string{{c.name, "--help"}, {"help", c.name}} {
+			code, out, errOut := runCmd(args...)
+			if code != exitOK || !strings.HasPrefix(out, "Usage: kvfs "+c.name) || errOut != "" {
+				t.Errorf("kvfs %v: exit %d\nstdout: %q\nstderr: %q", args, code, out, errOut)
+			}
+			if strings.HasSuffix(strings.TrimSpace(out), "Flags:") {
+				t.Errorf("kvfs %v: an empty Flags: section\n%s", args, out)
+			}
+		}
+		code, out, errOut := runCmd(c.name, "--no-such-flag")
+		if code != exitUsage || out != "" || strings.Contains(errOut, "Usage:") || !strings.Contains(errOut, "--no-such-flag") {
+			t.Errorf("kvfs %s --no-such-flag: exit %d\nstdout: %q\nstderr: %q", c.name, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errOut := runCmd(args...)
+		if code != exitOK || !strings.HasPrefix(out, "kvfs ") || !strings.Contains(out, " go1.") || errOut != "" {
+			t.Errorf("kvfs %v: exit %d\nstdout: %q\nstderr: %q", args, code, out, errOut)
 		}
 	}
 }

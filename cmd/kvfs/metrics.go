@@ -44,6 +44,7 @@ func registerMetrics(reg *prometheus.Registry, s *store.Store, srv *kvfs.Server)
 	for _, c := range []prometheus.Collector{
 		srv.Metrics(),
 		newStoreCollector(s),
+		newMatchCollector(s),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector(),
 	} {
@@ -80,6 +81,14 @@ func newStoreCollector(s *store.Store) *storeCollector {
 		g("kvfs_store_chunks", "Chunks in the index.", func(st *store.Stats) float64 { return float64(st.Chunks) }),
 		g("kvfs_store_packs", "Pack files.", func(st *store.Stats) float64 { return float64(st.Packs) }),
 		g("kvfs_store_dead_bytes", "Released chunk bytes not yet reclaimed.", func(st *store.Stats) float64 { return float64(st.DeadBytes) }),
+		g("kvfs_store_capacity_bytes", "The store's capacity setting (0: unlimited).", func(st *store.Stats) float64 { return float64(st.Capacity) }),
+		g("kvfs_evicted_files", "Files evicted to keep under capacity since the mount.", func(st *store.Stats) float64 { return float64(st.Evictions.Files) }),
+		g("kvfs_evicted_bytes", "Stored bytes evicted files freed since the mount.", func(st *store.Stats) float64 { return float64(st.Evictions.Bytes) }),
+		g("kvfs_compactions", "Compactions finished since the mount (background and kvfs gc).", func(st *store.Stats) float64 { return float64(st.Compactions.Runs) }),
+		g("kvfs_compacted_packs_rewritten", "Packs whose live chunks compaction copied out since the mount.", func(st *store.Stats) float64 { return float64(st.Compactions.PacksRewritten) }),
+		g("kvfs_compacted_packs_deleted", "Pack files compaction removed since the mount.", func(st *store.Stats) float64 { return float64(st.Compactions.PacksDeleted) }),
+		g("kvfs_compacted_bytes_copied", "Live chunk bytes compaction copied since the mount.", func(st *store.Stats) float64 { return float64(st.Compactions.BytesCopied) }),
+		g("kvfs_compacted_bytes_reclaimed", "Disk space compaction gave back since the mount.", func(st *store.Stats) float64 { return float64(st.Compactions.BytesReclaimed) }),
 	}}
 }
 

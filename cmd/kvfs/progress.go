@@ -17,8 +17,9 @@ type progress struct {
 	on    bool
 	start time.Time
 
-	mu   sync.Mutex // guards last
+	mu   sync.Mutex // guards last and full
 	last time.Time
+	full time.Time // when done first reached total
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -47,6 +48,14 @@ func (p *progress) update(done, total int64) {
 		return
 	}
 	p.last = now
+	if done >= total && p.full.IsZero() {
+		p.full = now
+	} else if done >= total {
+		// Reported whole again: the bytes are all there and the work
+		// goes on (a daemon storing an upload): say so, with the time.
+		fmt.Fprintf(p.w, "\r%s: %s sent, storing (%s) ", p.label, formatBytes(total), now.Sub(p.full).Round(100*time.Millisecond))
+		return
+	}
 	frac := 1.0
 	if total > 0 {
 		frac = float64(done) / float64(total)

@@ -84,6 +84,35 @@ func mustRead(t *testing.T, p string) []byte {
 	return b
 }
 
+// TestPutGetIntoDirectory: as cp does, put and get given a directory (or a
+// name ending in /) put the file inside it under its own name; a get into
+// a directory that does not exist says so.
+func TestPutGetIntoDirectory(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	mustRun(t, "init", st)
+	mustRun(t, "put", st, whole300, "snaps/")
+	mustRun(t, "put", st, whole400, "snaps")
+	if out := mustRun(t, "ls", st, "snaps"); out != filepath.Base(whole300)+"\n"+filepath.Base(whole400)+"\n" && out != filepath.Base(whole400)+"\n"+filepath.Base(whole300)+"\n" {
+		t.Fatalf("ls snaps: %q", out)
+	}
+	out := filepath.Join(dir, "out")
+	os.Mkdir(out, 0o755)
+	mustRun(t, "get", st, "snaps/"+filepath.Base(whole300), out)
+	mustRun(t, "get", st, "snaps/"+filepath.Base(whole400), out+"/")
+	for _, f := range []string{whole300, whole400} {
+		a, _ := os.ReadFile(filepath.Join(out, filepath.Base(f)))
+		b, _ := os.ReadFile(f)
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Fatalf("get into %s: %s differs", out, filepath.Base(f))
+		}
+	}
+	code, _, errOut := runCmd("get", st, "snaps/"+filepath.Base(whole300), filepath.Join(dir, "none")+"/")
+	if code != exitFailure || !strings.Contains(errOut, "directory "+filepath.Join(dir, "none")+"/") {
+		t.Fatalf("get into a missing directory: exit %d: %s", code, errOut)
+	}
+}
+
 func TestStoreCommandErrors(t *testing.T) {
 	dir := t.TempDir()
 	st := filepath.Join(dir, "store")
@@ -95,7 +124,10 @@ func TestStoreCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"init", st}, exitFailure, "file already exists"},
-		{[]string{"init", "--chunk-size", "12", filepath.Join(dir, "x")}, exitFailure, "chunk size 12"},
+		{[]string{"init", "--chunk-size", "12", filepath.Join(dir, "x")}, exitUsage, "--chunk-size 12 B: want 4KiB to 64MiB"},
+		{[]string{"init", "--chunk-size", "128MiB", filepath.Join(dir, "x")}, exitUsage, "want 4KiB to 64MiB"},
+		{[]string{"init", "--chunk-size", "64.0 KiB", filepath.Join(dir, "k64")}, exitOK, "chunk size 64.0 KiB"},
+		{[]string{"init", "--chunk-size", "1m", filepath.Join(dir, "m1")}, exitOK, "chunk size 1.0 MiB"},
 		{[]string{"init", "--chunk-size", "lots", filepath.Join(dir, "x")}, exitUsage, "want a number"},
 		{[]string{"ls", filepath.Join(dir, "nostore")}, exitFailure, "no store here"},
 		{[]string{"put", st, filepath.Join(dir, "missing"), "b"}, exitFailure, "no such file"},
@@ -144,6 +176,14 @@ func TestProgressBar(t *testing.T) {
 	if strings.Count(out, "\r") != 2 || !strings.Contains(out, " 50.0% 50.0 MiB / 100.0 MiB") || !strings.Contains(out, "100.0%") || !strings.HasSuffix(out, "\n") {
 		t.Fatalf("progress output %q", out)
 	}
+	// Whole again, later: the bytes are sent and the daemon stores them
+	// (kvfs put through the socket): the bar says so instead of sitting
+	// at 100%.
+	buf.Reset()
+	p.update(100<<20, 100<<20)
+	if out := buf.String(); !strings.Contains(out, "put: 100.0 MiB sent, storing (") {
+		t.Fatalf("progress while the daemon stores: %q", out)
+	}
 	var quiet bytes.Buffer
 	q := newProgress(&quiet, "get", progressMinBytes, 1<<30) // not a terminal
 	q.update(1, 2)
@@ -162,7 +202,7 @@ func TestMountUsageErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"mount", filepath.Join(dir, "nostore"), dir}, exitFailure, "is not a kvfs store (run kvfs init"},
+		{[]string{"mount", filepath.Join(dir, "nostore"), dir}, exitFailure, "is not a kvfs store (create one with: kvfs init"},
 		{[]string{"mount", st, filepath.Join(dir, "missing")}, exitFailure, "mount point"},
 		{[]string{"mount", st, filepath.Join(st, "kvfs.db")}, exitFailure, "is not a directory"},
 		{[]string{"mount", st}, exitUsage, "want STORE MOUNTPOINT"},
@@ -174,5 +214,20 @@ func TestMountUsageErrors(t *testing.T) {
 		if code != c.code || !strings.Contains(out+errOut, c.want) {
 			t.Errorf("kvfs %v: exit %d, want %d with %q\nstdout: %s\nstderr: %s", c.args, code, c.code, c.want, out, errOut)
 		}
+	}
+}
+
+// TestStatsExplainsDeadBytes: once a store has dead bytes (a file
+// replaced), kvfs stats says what they are and what reclaims them.
+func TestStatsExplainsDeadBytes(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "init", st)
+	if out := mustRun(t, "stats", st); strings.Contains(out, "(dead:") {
+		t.Fatalf("a fresh store explains dead bytes it has not:\n%s", out)
+	}
+	mustRun(t, "put", st, whole300, "a")
+	mustRun(t, "put", st, whole400, "a")
+	if out := mustRun(t, "stats", st); !strings.Contains(out, "(dead: pack bytes no chunk uses") || !strings.Contains(out, "kvfs gc") {
+		t.Fatalf("stats after a replacement:\n%s", out)
 	}
 }

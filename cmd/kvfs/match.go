@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
+)
+
+// kvfs match and POST /v1/match: the longest-prefix lookup of
+// docs/PREFIX.md, the same answer as /.kvfs/match in a mount.
+
+func runMatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("match", "--model M --fingerprint F [--ns NS] --tokens FILE (STORE | --mount MNT)",
+		`Find the snapshot whose tokens best seed a prompt, by the engine's rules
+(docs/PREFIX.md), and print the answer as JSON: {"hit", "path", "tokens",
+"snapshotTokens", "trim"} or {"hit": false, "reason"}. FILE holds the
+prompt's tokens as a JSON array, or as raw little-endian u32 ("-": standard
+input). With STORE, the lookup runs in the store's daemon (or the store
+opened here) as the calling user; with --mount, through MNT/.kvfs/match.`)
+	var q store.MatchQuery
+	fs.StringVar(&q.Model, "model", "", "the snapshots' modelId")
+	fs.StringVar(&q.Fingerprint, "fingerprint", "", "the snapshots' configFingerprint")
+	fs.StringVar(&q.NS, "ns", "", `the namespace (header field ns; "" is the base model)`)
+	tokens := fs.String("tokens", "", "the prompt's tokens: a JSON array or raw little-endian u32")
+	format := fs.String("tokens-format", "auto", `how FILE holds the tokens: "json", "u32", or "auto" (a JSON array if it
+parses as one, else raw u32: a raw file that is also a JSON array needs "u32")`)
+	mnt := fs.String("mount", "", "look up through this kvfs mount")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if q.Model == "" || q.Fingerprint == "" || *tokens == "" {
+		return usagef("want --model, --fingerprint and --tokens")
+	}
+	if (*mnt == "") == (fs.NArg() != 1) || fs.NArg() > 1 {
+		return usagef("want STORE or --mount MNT")
+	}
+	var err error
+	if q.Tokens, err = readTokens(*tokens, *format); err != nil {
+		return err
+	}
+	var r *store.MatchResult
+	if *mnt != "" {
+		r, err = matchMount(*mnt, q)
+	} else {
+		r, err = matchStore(fs.Arg(0), q)
+	}
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
+}
+
+// readTokens reads a token file in format "json" (an array), "u32" (raw
+// little-endian) or "auto": a JSON array if it parses as one, else raw.
+// Raw tokens can look like the start of an array (a first token of 91 is
+// "[" and three NULs), so a failed parse of what starts with "[" falls back
+// to raw u32 rather than failing (red team 11).
+func readTokens(name, format string) ([]uint32, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read tokens: %w", err)
+	}
+	switch format {
+	case "json":
+		return jsonTokens(name, b)
+	case "u32":
+		return rawTokens(name, b)
+	case "auto":
+		if t := strings.TrimSpace(string(b)); strings.HasPrefix(t, "[") {
+			out, jerr := jsonTokens(name, b)
+			if jerr == nil {
+				return out, nil
+			}
+			out, rerr := rawTokens(name, b)
+			if rerr != nil {
+				return nil, fmt.Errorf("%w (nor raw u32: %v)", jerr, rerr)
+			}
+			return out, nil
+		}
+		return rawTokens(name, b)
+	}
+	return nil, usagef("--tokens-format %q: want json, u32 or auto", format)
+}
+
+// jsonTokens parses a JSON array of tokens.
+func jsonTokens(name string, b []byte) ([]uint32, error) {
+	var out []uint32
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("read tokens %s as a JSON array: %w", name, err)
+	}
+	return out, nil
+}
+
+// rawTokens parses raw little-endian u32 tokens.
+func rawTokens(name string, b []byte) ([]uint32, error) {
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("read tokens %s: %d bytes is not a whole number of u32", name, len(b))
+	}
+	out := make([]uint32, len(b)/4)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return out, nil
+}
+
+// matchStore asks the store's daemon, or the store opened here as the
+// calling user.
+func matchStore(dir string, q store.MatchQuery) (*store.MatchResult, error) {
+	c, err := connect(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	switch c := c.(type) {
+	case *socketClient:
+		var r store.MatchResult
+		b, err := json.Marshal(q)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.do("POST", "/v1/match", nil, strings.NewReader(string(b)), &r); err != nil {
+			return nil, err
+		}
+		return &r, nil
+	case localClient:
+		groups, _ := os.Getgroups()
+		cr := &store.Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}
+		for _, g := range groups {
+			cr.Groups = append(cr.Groups, uint32(g))
+		}
+		return c.Match(q, cr)
+	}
+	return nil, fmt.Errorf("match %s: no lookup through %T", dir, c)
+}
+
+// matchMount runs the lookup through MNT/.kvfs/match as the calling user:
+// the model key, then h0, then h(K) … h(1), reading the header of each
+// snapshot a key leads to, and applying the engine's rules to it.
+func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
+	link := func(k mlx.ChainKey) (string, error) {
+		t, err := os.Readlink(filepath.Join(mnt, ".kvfs", "match", hex.EncodeToString(k[:])))
+		if errors.Is(err, iofs.ErrNotExist) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("match through %s: %w", mnt, err)
+		}
+		return strings.TrimPrefix(t, "../../"), nil
+	}
+	keys := mlx.ChainKeys(q.Model, q.Fingerprint, q.NS, q.Tokens)
+	for i, k := range []mlx.ChainKey{mlx.ModelKey(q.Model, q.Fingerprint), keys[0]} {
+		if p, err := link(k); err != nil {
+			return nil, err
+		} else if p == "" {
+			return &store.MatchResult{Reason: []string{store.MissNoModel, store.MissNamespace}[i]}, nil
+		}
+	}
+	if len(keys) < 2 {
+		return &store.MatchResult{Reason: store.MissPromptShort}, nil
+	}
+	miss, missP := store.MissNoCommonPrefix, int64(-1)
+	prompt := int64(len(q.Tokens))
+	for k := len(keys) - 1; k >= 1; k-- {
+		p, err := link(keys[k])
+		if err != nil {
+			return nil, err
+		}
+		if p == "" {
+			continue
+		}
+		snap, err := mlx.ReadFile(filepath.Join(mnt, p))
+		if err != nil {
+			return nil, fmt.Errorf("match through %s: %w", mnt, err)
+		}
+		h := snap.Header
+		n := int64(len(h.Tokens))
+		cpl := int64(0)
+		for cpl < min(n, prompt) && h.Tokens[cpl] == q.Tokens[cpl] {
+			cpl++
+		}
+		use := min(cpl, prompt-1)
+		why := ""
+		switch {
+		case use < mlx.MinReusable(h):
+			why = store.MissMinimum
+		case n > use && !mlx.Trimmable(h):
+			why = store.MissNotTrimmable
+		default:
+			r := &store.MatchResult{Hit: true, Path: p, Tokens: use, SnapshotTokens: n, Trim: n > use}
+			if !utf8.ValidString(p) {
+				r.PathBytes = []byte(p)
+			}
+			return r, nil
+		}
+		if use > missP {
+			miss, missP = why, use
+		}
+	}
+	return &store.MatchResult{Reason: miss}, nil
+}
+
+// matchRequest is POST /v1/match: a store.MatchQuery in, a
+// store.MatchResult out, looked up as the peer of the connection.
+func (c *controlServer) match(w http.ResponseWriter, r *http.Request) {
+	var q store.MatchQuery
+	if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
+		c.reply(w, nil, fmt.Errorf("match: request body: %v: %w", err, iofs.ErrInvalid))
+		return
+	}
+	cr, ok := r.Context().Value(peerKey{}).(*store.Cred)
+	if !ok {
+		c.reply(w, nil, errors.New("match: the caller's credentials are unknown"))
+		return
+	}
+	res, err := c.s.Match(q, cr)
+	c.reply(w, res, err)
+}
+
+// peerKey is the context key of a control connection's peer.
+type peerKey struct{}
+
+// peerContext records the credentials of the process at the other end of
+// a control connection (SO_PEERCRED, taken when it connected), for
+// requests that answer only what the caller may read. Supplementary
+// groups are read from /proc/<pid>/status while that process still has
+// the uid and gid; otherwise it has none (a narrower answer, never wider).
+func peerContext(ctx context.Context, conn net.Conn) context.Context {
+	for {
+		if sc, ok := conn.(*slotConn); ok {
+			conn = sc.Conn
+			continue
+		}
+		break
+	}
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cr *store.Cred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cr, cerr = peerCred(fd) }); err != nil || cerr != nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, cr)
+}

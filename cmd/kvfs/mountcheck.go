@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// checkMountTarget checks, before a daemon starts, what would otherwise
+// fail in its log or, worse, succeed: storeDir must be a store this user
+// can read and not mounted already; mnt must be a directory that is not a
+// live kvfs mount (a second mount over it would hide the first). A dead
+// kvfs mount at mnt (its daemon was killed: "transport endpoint is not
+// connected") is detached when root, with a line saying so; others are
+// told what to run.
+func checkMountTarget(storeDir, mnt string, stderr io.Writer) error {
+	if _, err := os.Stat(filepath.Join(storeDir, "kvfs.db")); err != nil {
+		switch {
+		case errors.Is(err, iofs.ErrPermission):
+			return fmt.Errorf("store %s: permission denied: the store belongs to another user (%s); mount it as that user", storeDir, ownerOf(storeDir))
+		case errors.Is(err, iofs.ErrNotExist):
+			if e, ok, _ := mountAt(storeDir); ok && e.isKvfs() {
+				return fmt.Errorf("%s is a kvfs mount point (of the store %s), not a store", storeDir, e.Source)
+			}
+			return fmt.Errorf("%s is not a kvfs store (create one with: kvfs init %s)", storeDir, storeDir)
+		default:
+			return fmt.Errorf("store %s: %w", storeDir, err)
+		}
+	}
+	for _, e := range storeMounts(storeDir) {
+		if !deadMount(e.Point) { // a dead one holds the store no more
+			return fmt.Errorf("store %s is already mounted at %s (one daemon serves a store; unmount it first: kvfs unmount %s)", storeDir, e.Point, e.Point)
+		}
+	}
+	if e, ok, _ := mountAt(mnt); ok && e.isKvfs() {
+		if !deadMount(mnt) {
+			return fmt.Errorf("mount point %s is already a kvfs mount of %s (mounting over it would hide it; kvfs unmount %s first)", mnt, e.Source, mnt)
+		}
+		// On macOS the mount's owner may force its unmount too.
+		if os.Geteuid() != 0 && runtime.GOOS != "darwin" {
+			return fmt.Errorf("mount point %s is a dead kvfs mount of %s (its daemon exited); detach it first: %s", mnt, e.Source, detachHint(runtime.GOOS, mnt))
+		}
+		if err := syscall.Unmount(mnt, detachFlag); err != nil {
+			return fmt.Errorf("mount point %s is a dead kvfs mount; detaching it: %w", mnt, err)
+		}
+		fmt.Fprintf(stderr, "kvfs mount: %s was a dead kvfs mount of %s (its daemon exited); detached it\n", mnt, e.Source)
+	}
+	fi, err := os.Stat(mnt)
+	switch {
+	case isDeadMount(err):
+		return fmt.Errorf("mount point %s: %w (a FUSE mount whose daemon is gone; detach it with: %s)", mnt, err, deadMountDetach(runtime.GOOS, mnt))
+	case errors.Is(err, iofs.ErrNotExist):
+		return fmt.Errorf("mount point %s does not exist (create it: mkdir -p %s)", mnt, mnt)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", mnt, err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	return nil
+}
+
+// deadMount reports whether the FUSE mount at mnt has lost its daemon.
+// statfs is asked, not stat: the kernel answers a stat of the mount's
+// root from its attribute cache without asking the (dead) daemon, but
+// always passes statfs on.
+// A daemon that is alive but stuck does not answer: after a few seconds
+// the mount is taken as live (it may still come back).
+func deadMount(mnt string) bool {
+	done := make(chan error, 1)
+	go func() {
+		var st syscall.Statfs_t
+		done <- syscall.Statfs(mnt, &st)
+	}()
+	select {
+	case err := <-done:
+		return isDeadMount(err)
+	case <-time.After(3 * time.Second):
+		return false
+	}
+}
+
+// ownerOf names the owner of path, for messages.
+func ownerOf(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "owner unknown"
+	}
+	return fmt.Sprintf("uid %d", st.Uid)
+}

@@ -1,0 +1,4 @@
+package fs
+
+// hostPlatform: Linux's FUSE.
+func hostPlatform() platform { return linuxPlatform() }
