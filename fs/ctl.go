@@ -78,6 +78,11 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 			return nil, e
 		}
 		return d.NewInode(ctx, &matchDir{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlMatchIno}), 0
+	case "candidates": // candidates.go
+		if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
+			return nil, e
+		}
+		return d.NewInode(ctx, &candidatesDir{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlCandidatesIno}), 0
 	case "stats":
 		f := &statsFile{fsys: d.fsys}
 		// Its size as of now, as Getattr gives it: the kernel answers the
@@ -103,7 +108,8 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 }
 
 func (d *ctlDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	return gofs.NewListDirStream(append(dotEntries(&d.Inode, 3),
+	return gofs.NewListDirStream(append(dotEntries(&d.Inode, 5),
+		fuse.DirEntry{Name: "candidates", Mode: syscall.S_IFDIR, Ino: ctlCandidatesIno},
 		fuse.DirEntry{Name: "match", Mode: syscall.S_IFDIR, Ino: ctlMatchIno},
 		fuse.DirEntry{Name: "stats", Mode: syscall.S_IFREG, Ino: ctlStatsIno},
 		fuse.DirEntry{Name: "whole", Mode: syscall.S_IFDIR, Ino: ctlWholeIno},

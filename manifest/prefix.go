@@ -118,6 +118,16 @@ func (t *Tx) PrefixInodes(key [PrefixKeyLen]byte, fn func(ino uint64, groups uin
 	}
 }
 
+// PrefixGroups returns the number of token groups key covers for
+// snapshot ino, and whether ino is indexed under key at all.
+func (t *Tx) PrefixGroups(key [PrefixKeyLen]byte, ino uint64) (uint32, bool) {
+	v := t.b(bucketPrefix).Get(prefixKey(key, ino))
+	if len(v) != 4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(v), true
+}
+
 // SnapshotTokens returns the tokens (u32 LE) indexed for a snapshot inode
 // of this layout key, or ErrNotFound. They are valid only in the
 // transaction.

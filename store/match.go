@@ -171,6 +171,36 @@ func commonPrefix(a []byte, b []uint32) int64 {
 	return int64(i)
 }
 
+// Rejection applies the engine's rules (FORMAT.md §5.3) to a snapshot of
+// n tokens that would seed p tokens of a prompt (p = min(common prefix,
+// len(prompt)-1), p > 0): the miss reason that rules it out, or "" when it
+// can seed them. Match, MatchKey and a client walking /.kvfs/candidates
+// (kvfs match --mount) all judge by it, so that they agree.
+func Rejection(p, n, minReusable int64, trimmable bool) string {
+	switch {
+	case p < minReusable:
+		return MissMinimum
+	case n > p && !trimmable:
+		return MissNotTrimmable
+	}
+	return ""
+}
+
+// Better reports whether a usable snapshot ino seeding p tokens beats the
+// best so far (bestP tokens, snapshot bestIno; bestIno 0: none yet):
+// strictly longer wins, and a tie goes to the earliest committed, the
+// lowest inode number (the engine keeps the first entry it indexed).
+func Better(p int64, ino uint64, bestP int64, bestIno uint64) bool {
+	return bestIno == 0 || p > bestP || p == bestP && ino < bestIno
+}
+
+func bestIno(cd *candidate) uint64 {
+	if cd == nil {
+		return 0
+	}
+	return cd.n.Ino
+}
+
 // Match finds the snapshot whose tokens best seed prompt q, by the
 // engine's rules (FORMAT.md §5.3): p = min(common prefix, len(prompt)-1);
 // strictly longer p wins, ties going to the earliest committed (lowest
@@ -235,15 +265,14 @@ func match(tx *manifest.Tx, q MatchQuery, c *Cred) (*MatchResult, error) {
 			switch {
 			case p <= 0:
 				return true
-			case best != nil && (p < bestP || p == bestP && ino > best.n.Ino):
+			case !Better(p, ino, bestP, bestIno(best)):
 				return true
 			case !cd.allow(tx, c):
 				return true
-			case p < cd.rec.MinReusable:
-				reject(MissMinimum)
-			case int64(len(cd.tokens)/4) > p && !cd.rec.Trimmable:
-				reject(MissNotTrimmable)
-			default:
+			}
+			if why := Rejection(p, int64(len(cd.tokens)/4), cd.rec.MinReusable, cd.rec.Trimmable); why != "" {
+				reject(why)
+			} else {
 				best, bestP = cd, p
 			}
 			return true
@@ -295,7 +324,7 @@ func (s *Store) MatchKey(key mlx.ChainKey, c *Cred) (*MatchResult, error) {
 				return false
 			}
 			p := int64(groups) * mlx.GroupTokens
-			if p < cd.rec.MinReusable || int64(len(cd.tokens)/4) > p && !cd.rec.Trimmable {
+			if Rejection(p, int64(len(cd.tokens)/4), cd.rec.MinReusable, cd.rec.Trimmable) != "" {
 				return true
 			}
 			best, prefix = cd, p

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -158,70 +160,137 @@ func matchStore(dir string, q store.MatchQuery) (*store.MatchResult, error) {
 	return nil, fmt.Errorf("match %s: no lookup through %T", dir, c)
 }
 
-// matchMount runs the lookup through MNT/.kvfs/match as the calling user:
-// the model key, then h0, then h(K) … h(1), reading the header of each
-// snapshot a key leads to, and applying the engine's rules to it.
+// matchMount runs the lookup through MNT/.kvfs as the calling user, with
+// the rules and order of store.Match, so that it gives the socket's
+// answer: the model key's and h0's links in MNT/.kvfs/match tell the
+// misses no-snapshot-for-model and namespace; then from h(K) down to h(1),
+// each key's candidates in MNT/.kvfs/candidates are read (their headers,
+// through the mount) and judged against the whole prompt, until no
+// shorter key can hold a better one.
 func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
-	link := func(k mlx.ChainKey) (string, error) {
-		t, err := os.Readlink(filepath.Join(mnt, ".kvfs", "match", hex.EncodeToString(k[:])))
+	ctl := filepath.Join(mnt, ".kvfs")
+	exists := func(k mlx.ChainKey) (bool, error) {
+		_, err := os.Lstat(filepath.Join(ctl, "match", hex.EncodeToString(k[:])))
 		if errors.Is(err, iofs.ErrNotExist) {
-			return "", nil
+			return false, nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("match through %s: %w", mnt, err)
+			return false, fmt.Errorf("match through %s: %w", mnt, err)
 		}
-		return strings.TrimPrefix(t, "../../"), nil
+		return true, nil
 	}
 	keys := mlx.ChainKeys(q.Model, q.Fingerprint, q.NS, q.Tokens)
 	for i, k := range []mlx.ChainKey{mlx.ModelKey(q.Model, q.Fingerprint), keys[0]} {
-		if p, err := link(k); err != nil {
+		if ok, err := exists(k); err != nil {
 			return nil, err
-		} else if p == "" {
+		} else if !ok {
 			return &store.MatchResult{Reason: []string{store.MissNoModel, store.MissNamespace}[i]}, nil
 		}
 	}
 	if len(keys) < 2 {
 		return &store.MatchResult{Reason: store.MissPromptShort}, nil
 	}
+	var best *store.MatchResult
+	var bestIno uint64
 	miss, missP := store.MissNoCommonPrefix, int64(-1)
 	prompt := int64(len(q.Tokens))
+	seen := map[uint64]bool{}
 	for k := len(keys) - 1; k >= 1; k-- {
-		p, err := link(keys[k])
-		if err != nil {
-			return nil, err
+		if best != nil && best.Tokens >= int64(k+1)*mlx.GroupTokens {
+			break
 		}
-		if p == "" {
-			continue
-		}
-		snap, err := mlx.ReadFile(filepath.Join(mnt, p))
+		cands, err := mountCandidates(filepath.Join(ctl, "candidates", hex.EncodeToString(keys[k][:])))
 		if err != nil {
 			return nil, fmt.Errorf("match through %s: %w", mnt, err)
 		}
-		h := snap.Header
-		n := int64(len(h.Tokens))
-		cpl := int64(0)
-		for cpl < min(n, prompt) && h.Tokens[cpl] == q.Tokens[cpl] {
-			cpl++
-		}
-		use := min(cpl, prompt-1)
-		why := ""
-		switch {
-		case use < mlx.MinReusable(h):
-			why = store.MissMinimum
-		case n > use && !mlx.Trimmable(h):
-			why = store.MissNotTrimmable
-		default:
-			r := &store.MatchResult{Hit: true, Path: p, Tokens: use, SnapshotTokens: n, Trim: n > use}
-			if !utf8.ValidString(p) {
-				r.PathBytes = []byte(p)
+		for _, c := range cands {
+			if seen[c.Ino] {
+				continue
 			}
-			return r, nil
-		}
-		if use > missP {
-			miss, missP = why, use
+			seen[c.Ino] = true
+			h, err := mountHeader(c.link)
+			if errors.Is(err, iofs.ErrNotExist) {
+				continue // removed since the listing
+			} else if err != nil {
+				return nil, fmt.Errorf("match through %s: %w", mnt, err)
+			}
+			n := int64(len(h.Tokens))
+			cpl := int64(0)
+			for cpl < min(n, prompt) && h.Tokens[cpl] == q.Tokens[cpl] {
+				cpl++
+			}
+			p := min(cpl, prompt-1)
+			if p <= 0 || !store.Better(p, c.Ino, bestTokens(best), bestIno) {
+				continue
+			}
+			if why := store.Rejection(p, n, mlx.MinReusable(h), mlx.Trimmable(h)); why != "" {
+				if p > missP {
+					miss, missP = why, p
+				}
+				continue
+			}
+			best = &store.MatchResult{Hit: true, Path: c.Path, Tokens: p, SnapshotTokens: n, Trim: n > p, Ino: c.Ino}
+			if !utf8.ValidString(c.Path) {
+				best.PathBytes = []byte(c.Path)
+			}
+			bestIno = c.Ino
 		}
 	}
-	return &store.MatchResult{Reason: miss}, nil
+	if best == nil {
+		return &store.MatchResult{Reason: miss}, nil
+	}
+	return best, nil
+}
+
+func bestTokens(r *store.MatchResult) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.Tokens
+}
+
+// mountCandidate is an entry of MNT/.kvfs/candidates/<hex>.
+type mountCandidate struct {
+	store.MatchCandidate
+	link string // the entry's path, which leads to the snapshot
+}
+
+// mountCandidates lists a key's candidates directory, earliest committed
+// first; a key with none (the directory does not exist) has no entries.
+func mountCandidates(dir string) ([]mountCandidate, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []mountCandidate
+	for _, e := range ents {
+		ino, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("candidates %s: entry %q is not an inode number", dir, e.Name())
+		}
+		link := filepath.Join(dir, e.Name())
+		t, err := os.Readlink(link)
+		if errors.Is(err, iofs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, mountCandidate{store.MatchCandidate{Ino: ino, Path: strings.TrimPrefix(t, "../../../")}, link})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ino < out[j].Ino })
+	return out, nil
+}
+
+// mountHeader reads the header of the snapshot a candidate leads to.
+func mountHeader(link string) (*mlx.Header, error) {
+	snap, err := mlx.ReadFile(link)
+	if err != nil {
+		return nil, err
+	}
+	return snap.Header, nil
 }
 
 // matchRequest is POST /v1/match: a store.MatchQuery in, a
