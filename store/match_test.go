@@ -1,6 +1,9 @@
 package store_test
 
 import (
+	"errors"
+	"fmt"
+	iofs "io/fs"
 	"path/filepath"
 	"testing"
 
@@ -189,5 +192,82 @@ func TestMatchPermission(t *testing.T) {
 	}
 	if r, err := s.MatchKey(keys[2], user); err != nil || r.Path != "pub/base/b.mlxkv" || r.Tokens != 512 {
 		t.Errorf("MatchKey(h2) as a user = %+v, %v", r, err)
+	}
+}
+
+// TestMatchCandidates: a prefix key's candidates are every snapshot
+// indexed under it that the caller may read, usable or not, earliest
+// committed first; model keys and h0 have none; MatchCandidateAt answers
+// only for a candidate of that key, and SnapshotPath only for what the
+// caller may read.
+func TestMatchCandidates(t *testing.T) {
+	s := storetest.New(t, storetest.Options{})
+	base := snapgen.Tokens(2000, 13)
+	if err := s.Mkdir("private", 0o700, false); err != nil {
+		t.Fatal(err)
+	}
+	putSnap(t, s, "pub/base/a.mlxkv", snapgen.Extend(base[:600], 100, 1), nil)
+	putSnap(t, s, "private/base/b.mlxkv", base[:900], nil)
+	putSnap(t, s, "pub/base/c.mlxkv", base[:1024], func(h *mlx.Header) {
+		off := int64(1000)
+		for i := range h.Caches {
+			h.Caches[i].MinimumReusableOffset = &off
+		}
+	})
+	putSnap(t, s, "pub/base/other.mlxkv", snapgen.Tokens(700, 99), nil)
+	user := &store.Cred{UID: 1000, GID: 1000}
+	keys := mlx.ChainKeys(matchModel.ID, matchModel.ID+"-fp", "", base)
+	paths := func(c *store.Cred, k mlx.ChainKey) []string {
+		t.Helper()
+		cs, err := s.MatchCandidates(k, c)
+		if err != nil {
+			t.Fatalf("MatchCandidates: %v", err)
+		}
+		var out []string
+		for i, cd := range cs {
+			if i > 0 && cs[i-1].Ino >= cd.Ino {
+				t.Errorf("candidates out of commit order: %+v", cs)
+			}
+			out = append(out, cd.Path)
+		}
+		return out
+	}
+	if got := fmt.Sprint(paths(nil, keys[2])); got != "[pub/base/a.mlxkv private/base/b.mlxkv pub/base/c.mlxkv]" {
+		t.Errorf("candidates of h2 = %s", got)
+	}
+	if got := fmt.Sprint(paths(user, keys[2])); got != "[pub/base/a.mlxkv pub/base/c.mlxkv]" {
+		t.Errorf("candidates of h2 as a user = %s", got)
+	}
+	// c is not usable at h3 (768 < 1000) but is a candidate there.
+	if got := fmt.Sprint(paths(user, keys[3])); got != "[pub/base/c.mlxkv]" {
+		t.Errorf("candidates of h3 as a user = %s", got)
+	}
+	if _, err := s.MatchKey(keys[3], user); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("MatchKey(h3) as a user: %v, want not found", err)
+	}
+	for _, k := range []mlx.ChainKey{mlx.ModelKey(matchModel.ID, matchModel.ID+"-fp"), keys[0], keys[5]} {
+		if _, err := s.MatchCandidates(k, nil); !errors.Is(err, iofs.ErrNotExist) {
+			t.Errorf("MatchCandidates(%x): %v, want not found", k[:4], err)
+		}
+	}
+	cs, _ := s.MatchCandidates(keys[2], nil)
+	b := cs[1]
+	if _, err := s.MatchCandidateAt(keys[2], b.Ino, user); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("MatchCandidateAt(b) as a user: %v", err)
+	}
+	if p, err := s.MatchCandidateAt(keys[2], b.Ino, nil); err != nil || p != b.Path {
+		t.Errorf("MatchCandidateAt(b) = %q, %v", p, err)
+	}
+	if _, err := s.MatchCandidateAt(keys[4], cs[0].Ino, nil); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("MatchCandidateAt(a) under h4, which a does not have: %v", err)
+	}
+	if _, err := s.SnapshotPath(b.Ino, user); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("SnapshotPath(b) as a user: %v", err)
+	}
+	if err := s.Remove("pub/base/c.mlxkv"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MatchCandidates(keys[3], user); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("MatchCandidates(h3) after c's removal: %v", err)
 	}
 }
