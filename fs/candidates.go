@@ -48,8 +48,8 @@ func (d *candidatesDir) Lookup(ctx context.Context, name string, out *fuse.Entry
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	if _, err := d.fsys.s.MatchCandidates(key, cred(ctx)); err != nil {
-		return nil, d.fsys.errno("candidates", err)
+	if !d.fsys.s.HasCandidates(key, cred(ctx)) {
+		return nil, syscall.ENOENT
 	}
 	if e := d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555); e != 0 {
 		return nil, e
@@ -65,7 +65,14 @@ type keyCandidates struct {
 	key  mlx.ChainKey
 }
 
+// Getattr answers only a caller for whom the directory exists: the kernel
+// may send another user's stat here, without a lookup, while it holds the
+// entry that one caller's lookup made (red team 12), and that the
+// directory exists tells that some snapshot begins with the key's tokens.
 func (d *keyCandidates) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if !d.fsys.s.HasCandidates(d.key, cred(ctx)) {
+		return syscall.ENOENT
+	}
 	out.SetTimeout(entryTimeout)
 	return d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
 }

@@ -53,6 +53,23 @@ func (s *Store) MatchCandidates(key mlx.ChainKey, c *Cred) ([]MatchCandidate, er
 	return out, nil
 }
 
+// HasCandidates reports whether key has MatchCandidates for c, without
+// listing them: whether /.kvfs/candidates/<hex> exists for c.
+func (s *Store) HasCandidates(key mlx.ChainKey, c *Cred) bool {
+	found := false
+	s.db.View(func(tx *manifest.Tx) error {
+		tx.PrefixInodes(key, func(ino uint64, groups uint32) bool {
+			if !prefixGroups(groups) {
+				return false
+			}
+			found = visible(tx, ino, c) != nil
+			return !found
+		})
+		return nil
+	})
+	return found
+}
+
 // MatchCandidateAt returns the path of snapshot ino if it is one of key's
 // MatchCandidates for c, and fs.ErrNotExist if not.
 func (s *Store) MatchCandidateAt(key mlx.ChainKey, ino uint64, c *Cred) (string, error) {

@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"encoding/binary"
 	"bufio"
 	"bytes"
 	"fmt"
@@ -283,17 +284,44 @@ func TestPosixWritebackCache(t *testing.T) {
 }
 
 func init() {
-	// bigwrites FILE MIB SECONDS: rewrite FILE in place (O_TRUNC) with
-	// one write(2) of MIB MiB, again and again for SECONDS.
+	// bigwrites FILE MIB SECONDS [GEN]: rewrite FILE in place (O_TRUNC)
+	// with one write(2) of MIB MiB, again and again for SECONDS. With GEN
+	// (a file outside the mount), a counter there goes odd just before
+	// each O_TRUNC open and even again once it has returned, so that a
+	// reader can tell whether a truncation may have fallen between two of
+	// its steps.
 	clients["bigwrites"] = func(args []string) error {
 		var mib int
 		var secs float64
 		fmt.Sscan(args[1], &mib)
 		fmt.Sscan(args[2], &secs)
 		b := bytes.Repeat([]byte{1}, mib<<20)
+		var gen *os.File
+		var n uint64
+		bump := func() error {
+			if gen == nil {
+				return nil
+			}
+			n++
+			_, err := gen.WriteAt(binary.LittleEndian.AppendUint64(nil, n), 0)
+			return err
+		}
+		if len(args) > 3 {
+			var err error
+			if gen, err = os.OpenFile(args[3], os.O_RDWR, 0); err != nil {
+				return err
+			}
+			defer gen.Close()
+		}
 		for end := time.Now().Add(time.Duration(secs * float64(time.Second))); time.Now().Before(end); {
+			if err := bump(); err != nil {
+				return err
+			}
 			f, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 			if err != nil {
+				return err
+			}
+			if err := bump(); err != nil {
 				return err
 			}
 			if _, err := f.Write(b); err != nil {
@@ -312,8 +340,9 @@ func init() {
 // that a read cannot reach (docs/READPATH.md, "stat during a
 // multi-request write(2)": without the cache it does, within a second
 // here). The file only shrinks at the writer's O_TRUNC open, so a read at
-// size-1 that finds end of file, with a stat after it as large, is the
-// gap.
+// size-1 that finds end of file, with a stat after it as large and no such
+// open begun or under way from before the first stat to after the second
+// (the writer's counter, even and unchanged), is the gap.
 func TestStatDuringLargeWrite(t *testing.T) {
 	m := newMount(t, "-o", "writeback_cache")
 	p := m.path("g")
@@ -321,7 +350,23 @@ func TestStatDuringLargeWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secs = 3
-	wr := client("bigwrites", p, "32", fmt.Sprint(secs))
+	genFile := filepath.Join(t.TempDir(), "gen")
+	if err := os.WriteFile(genFile, make([]byte, 8), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := os.Open(genFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Close()
+	readGen := func() uint64 {
+		var b [8]byte
+		if _, err := gen.ReadAt(b[:], 0); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint64(b[:])
+	}
+	wr := client("bigwrites", p, "32", fmt.Sprint(secs), genFile)
 	wr.Stderr = os.Stderr
 	if err := wr.Start(); err != nil {
 		t.Fatal(err)
@@ -333,6 +378,7 @@ func TestStatDuringLargeWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 200 {
+			g := readGen()
 			fi, err := os.Stat(p)
 			if err != nil {
 				t.Fatal(err)
@@ -347,7 +393,8 @@ func TestStatDuringLargeWrite(t *testing.T) {
 			}
 			checks++
 			if n == 0 {
-				if after, err := os.Stat(p); err == nil && after.Size() >= fi.Size() {
+				after, err := os.Stat(p)
+				if g2 := readGen(); err == nil && after.Size() >= fi.Size() && g%2 == 0 && g2 == g {
 					f.Close()
 					wr.Wait()
 					t.Fatalf("stat reported %d bytes, a read at %d found end of file (stat after it: %d)", fi.Size(), fi.Size()-1, after.Size())

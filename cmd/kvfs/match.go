@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/kvfs/kvfs/mlx"
@@ -167,6 +168,13 @@ func matchStore(dir string, q store.MatchQuery) (*store.MatchResult, error) {
 // each key's candidates in MNT/.kvfs/candidates are read (their headers,
 // through the mount) and judged against the whole prompt, until no
 // shorter key can hold a better one.
+//
+// The socket answers from one snapshot of the index; a walk of the tree
+// can meet snapshots renamed, rewritten or removed as it goes: a listed
+// candidate whose link or file is gone, or a name that leads to another
+// file by the time it is opened (a link is a path). Such a walk is made
+// again, up to matchWalks times in all, so that a snapshot only renamed
+// or rewritten in place is not missed (red team 12).
 func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
 	ctl := filepath.Join(mnt, ".kvfs")
 	exists := func(k mlx.ChainKey) (bool, error) {
@@ -190,46 +198,71 @@ func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
 	if len(keys) < 2 {
 		return &store.MatchResult{Reason: store.MissPromptShort}, nil
 	}
+	for walk := 1; ; walk++ {
+		r, raced, err := matchWalk(ctl, keys, q.Tokens)
+		if err != nil {
+			return nil, fmt.Errorf("match through %s: %w", mnt, err)
+		}
+		if !raced || walk == matchWalks {
+			return r, nil
+		}
+	}
+}
+
+// matchWalks bounds the walks of one lookup through a mount whose
+// snapshots change under it.
+const matchWalks = 8
+
+// matchWalk is one walk of the candidates of keys[K] … keys[1] for prompt,
+// and whether it met a snapshot changing under it.
+func matchWalk(ctl string, keys []mlx.ChainKey, prompt []uint32) (r *store.MatchResult, raced bool, err error) {
 	var best *store.MatchResult
 	var bestIno uint64
 	miss, missP := store.MissNoCommonPrefix, int64(-1)
-	prompt := int64(len(q.Tokens))
+	n := int64(len(prompt))
 	seen := map[uint64]bool{}
 	for k := len(keys) - 1; k >= 1; k-- {
 		if best != nil && best.Tokens >= int64(k+1)*mlx.GroupTokens {
 			break
 		}
-		cands, err := mountCandidates(filepath.Join(ctl, "candidates", hex.EncodeToString(keys[k][:])))
+		cands, gone, err := mountCandidates(filepath.Join(ctl, "candidates", hex.EncodeToString(keys[k][:])))
 		if err != nil {
-			return nil, fmt.Errorf("match through %s: %w", mnt, err)
+			return nil, false, err
 		}
+		raced = raced || gone
 		for _, c := range cands {
 			if seen[c.Ino] {
 				continue
 			}
 			seen[c.Ino] = true
 			h, err := mountHeader(c.link)
-			if errors.Is(err, iofs.ErrNotExist) {
-				continue // removed since the listing
+			if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
+				raced = true // renamed, rewritten or removed since the listing
+				continue
 			} else if err != nil {
-				return nil, fmt.Errorf("match through %s: %w", mnt, err)
+				return nil, false, err
 			}
-			n := int64(len(h.Tokens))
+			st := int64(len(h.Tokens))
 			cpl := int64(0)
-			for cpl < min(n, prompt) && h.Tokens[cpl] == q.Tokens[cpl] {
+			for cpl < min(st, n) && h.Tokens[cpl] == prompt[cpl] {
 				cpl++
 			}
-			p := min(cpl, prompt-1)
+			if cpl < int64(k)*mlx.GroupTokens {
+				// Not the file listed: its name leads elsewhere now.
+				raced = true
+				continue
+			}
+			p := min(cpl, n-1)
 			if p <= 0 || !store.Better(p, c.Ino, bestTokens(best), bestIno) {
 				continue
 			}
-			if why := store.Rejection(p, n, mlx.MinReusable(h), mlx.Trimmable(h)); why != "" {
+			if why := store.Rejection(p, st, mlx.MinReusable(h), mlx.Trimmable(h)); why != "" {
 				if p > missP {
 					miss, missP = why, p
 				}
 				continue
 			}
-			best = &store.MatchResult{Hit: true, Path: c.Path, Tokens: p, SnapshotTokens: n, Trim: n > p, Ino: c.Ino}
+			best = &store.MatchResult{Hit: true, Path: c.Path, Tokens: p, SnapshotTokens: st, Trim: st > p, Ino: c.Ino}
 			if !utf8.ValidString(c.Path) {
 				best.PathBytes = []byte(c.Path)
 			}
@@ -237,9 +270,9 @@ func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
 		}
 	}
 	if best == nil {
-		return &store.MatchResult{Reason: miss}, nil
+		return &store.MatchResult{Reason: miss}, raced, nil
 	}
-	return best, nil
+	return best, raced, nil
 }
 
 func bestTokens(r *store.MatchResult) int64 {
@@ -257,31 +290,32 @@ type mountCandidate struct {
 
 // mountCandidates lists a key's candidates directory, earliest committed
 // first; a key with none (the directory does not exist) has no entries.
-func mountCandidates(dir string) ([]mountCandidate, error) {
+// gone says that a listed entry was gone before its link was read.
+func mountCandidates(dir string) (out []mountCandidate, gone bool, err error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var out []mountCandidate
 	for _, e := range ents {
 		ino, err := strconv.ParseUint(e.Name(), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("candidates %s: entry %q is not an inode number", dir, e.Name())
+			return nil, false, fmt.Errorf("candidates %s: entry %q is not an inode number", dir, e.Name())
 		}
 		link := filepath.Join(dir, e.Name())
 		t, err := os.Readlink(link)
-		if errors.Is(err, iofs.ErrNotExist) {
+		if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
+			gone = true
 			continue
 		} else if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out = append(out, mountCandidate{store.MatchCandidate{Ino: ino, Path: strings.TrimPrefix(t, "../../../")}, link})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Ino < out[j].Ino })
-	return out, nil
+	return out, gone, nil
 }
 
 // mountHeader reads the header of the snapshot a candidate leads to.
