@@ -325,6 +325,7 @@ func TestRT12KeyDirLeak(t *testing.T) {
 	}
 	t.Logf("while root looked the key up, the user's stat was answered from the kernel's entry %d times of 300", stats)
 }
+
 // rotating caches, a namespace and a non-UTF-8 name.
 func TestRT12Agree(t *testing.T) {
 	m := newMount(t)
@@ -619,7 +620,7 @@ func TestRT12AgreeUser(t *testing.T) {
 	os.Rename(m.path("pub/d.mlxkv"), m.path("pub/d.mlxkv.tmp"))
 	os.Chmod(m.path("pub/e.mlxkv"), 0o600)
 	os.Chmod(m.path("pub/f.mlxkv"), 0o604) // others may read, not the group
-	os.Chmod(m.path("sec"), 0o711)        // search, no list
+	os.Chmod(m.path("sec"), 0o711)         // search, no list
 	os.Chmod(m.path("sec/a.mlxkv"), 0o600)
 	tokFile := filepath.Join(filepath.Dir(kvfsBin), fmt.Sprintf("rt12-%d.json", os.Getpid()))
 	defer os.Remove(tokFile)
