@@ -27,7 +27,29 @@ MODELS = {
 }
 
 RESULTS = None
-LOG = None
+FUSE_LOG = None  # the daemon's --debug-fuse log, to count READ requests
+
+
+def fuse_reads(log, start):
+    """READ requests in the daemon's debug log after byte offset start:
+    count, bytes, and a histogram of their sizes."""
+    import re
+    time.sleep(0.2)
+    n, total, hist = 0, 0, {}
+    with open(log, "rb") as f:
+        f.seek(start)
+        for ln in f:
+            if b": READ " not in ln or b"rx " not in ln:
+                continue
+            m = re.search(rb"\[(\d+) \+(\d+)\)", ln)
+            if not m:
+                continue
+            size = int(m.group(2))
+            n += 1
+            total += size
+            hist[size] = hist.get(size, 0) + 1
+    top = sorted(hist.items(), key=lambda kv: -kv[1])[:6]
+    return {"reads": n, "bytes": total, "sizes": {str(k): v for k, v in top}}
 
 
 def emit(**kw):
@@ -179,15 +201,30 @@ def make_verifier(torch, seed, full_tokens=None):
 
 # ------------------------------------------------------------------ restore
 
-def restore_case(torch, restorers, method, path, source, model, tokens, temp, verify, daemon_pid, reps, prefix=None):
+def restore_case(*args, **kw):
+    """One restore measurement; a failure is recorded and the run goes on."""
+    try:
+        _restore_case(*args, **kw)
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        emit(kind="error", case=[str(x) for x in args[2:8]], error=repr(e))
+
+
+def _restore_case(torch, restorers, method, path, source, model, tokens, temp, verify, daemon_pid, reps, prefix=None):
     cold = temp.startswith("cold")
     dropped = drop_caches() if cold else None
     times, extra = [], {}
+    extra_st = {}
+    log0 = os.path.getsize(FUSE_LOG) if FUSE_LOG and source.startswith("kvfs") else None
     for i in range(1 if cold else reps):
         c0, f0 = proc_cpu(daemon_pid), faults()
         torch.cuda.synchronize()
         if method.startswith("pread"):
             ts, st = restorers(int(method[5:])).restore(path, tokens=prefix)
+        elif method == "mmapreg":
+            ts, st = kvrestore.restore_mmap_registered(path)
+            extra_st = {k: st[k] for k in ("map_seconds", "register_seconds", "copy_seconds", "unregister_seconds")}
         else:
             ts, st = kvrestore.restore_mmap(path, threads=int(method[4:] or 1))
         c1, f1 = proc_cpu(daemon_pid), faults()
@@ -203,6 +240,9 @@ def restore_case(torch, restorers, method, path, source, model, tokens, temp, ve
                 print("VERIFY FAILED", method, path, file=sys.stderr)
         del ts
     sec = statistics.median(times)
+    if log0 is not None:
+        extra["fuse"] = fuse_reads(FUSE_LOG, log0)
+    extra.update(extra_st)
     emit(kind="restore", model=model, tokens=tokens, source=source, method=method, temp=temp,
          prefix=prefix, dropped=dropped, seconds=sec, all=times, gbps=extra["bytes"] / sec / 1e9, **extra)
 
@@ -275,6 +315,21 @@ def cmd_size(a):
         for temp in ("cold", "warm"):
             restore_case(torch, restorer, "pread%d" % a.threads, plain, "plain-rows", a.model, a.prefix,
                          temp, pv, None, a.reps, prefix=a.prefix)
+    for spec in filter(None, a.sweep.split(",")):
+        n, mb = (int(x) for x in spec.split("x"))
+        r = kvrestore.Restorer(threads=n, chunk_bytes=mb << 20)
+        for source, p in sources:
+            ts, _ = r.restore(p)  # warm the cache and the pool
+            del ts
+            times = []
+            for _ in range(a.reps):
+                ts, st = r.restore(p)
+                times.append(st["seconds"])
+                del ts
+            sec = statistics.median(times)
+            emit(kind="sweep", model=a.model, tokens=T, source=source, threads=n, chunk_mb=mb, seconds=sec,
+                 all=times, gbps=st["bytes"] / sec / 1e9)
+        r.close()
     for r in pools.values():
         r.close()
     if not a.keep:
@@ -320,6 +375,31 @@ def cmd_table(a):
             ("%.2f" % (r["gbps"] / pin)) if pin else "", ("%.1f" % (pf / r["seconds"])) if pf else "",
             ratio, r.get("verified"), ("%.2f" % r["daemon_cpu"]) if r.get("daemon_cpu") is not None else "",
             "%d/%d" % (r["minflt"], r["majflt"])))
+    sw = [r for r in rows if r["kind"] == "sweep"]
+    if sw:
+        p("")
+        p("| warm sweep | source | threads | chunk MiB | restore s | GB/s | vs pinned H2D |")
+        p("|---|---|---|---|---|---|---|")
+        for r in sw:
+            p("| %s %d | %s | %d | %d | %.3f | %.1f | %s |" % (r["model"], r["tokens"], r["source"], r["threads"], r["chunk_mb"],
+                                                       r["seconds"], r["gbps"], ("%.2f" % (r["gbps"] / pin)) if pin else ""))
+    fr = [r for r in rs if r.get("fuse")]
+    if fr:
+        p("")
+        p("| FUSE READs | source | method | temp | requests | MB | sizes (bytes: count) |")
+        p("|---|---|---|---|---|---|---|")
+        for r in fr:
+            f = r["fuse"]
+            p("| %s %d | %s | %s | %s | %d | %.0f | %s |" % (r["model"], r["tokens"], r["source"], r["method"], r["temp"], f["reads"],
+                                                        f["bytes"] / 1e6, ", ".join("%s: %s" % kv for kv in f["sizes"].items())))
+    rg = [r for r in rs if r.get("register_seconds") is not None]
+    if rg:
+        p("")
+        p("| mmap + cudaHostRegister | source | temp | total s | mmap s | register s | copy s | copy GB/s |")
+        p("|---|---|---|---|---|---|---|---|")
+        for r in rg:
+            p("| %s %d | %s | %s | %.3f | %.3f | %.3f | %.3f | %.1f |" % (r["model"], r["tokens"], r["source"], r["temp"], r["seconds"],
+                                                                   r["map_seconds"], r["register_seconds"], r["copy_seconds"], r["bytes"] / r["copy_seconds"] / 1e9))
     txt = "\n".join(out)
     print(txt)
     if a.out:
@@ -351,6 +431,8 @@ def main():
     s.add_argument("--mkkv", required=True)
     s.add_argument("--kvfs", default="")
     s.add_argument("--keep", action="store_true")
+    s.add_argument("--sweep", default="", help="warm pread sweep: THREADSxCHUNK_MB,...")
+    s.add_argument("--fuse-log", default="", help="the daemon's --debug-fuse log: count READs per kvfs case")
     s.add_argument("--results", required=True)
     t = sub.add_parser("table")
     t.add_argument("results")
@@ -358,6 +440,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "size":
         RESULTS = a.results
+        global FUSE_LOG
+        FUSE_LOG = a.fuse_log or None
         cmd_size(a)
     else:
         cmd_table(a)
