@@ -299,7 +299,7 @@ def cmd_size(a):
     ts, _ = restorer(a.threads).restore(plain)
     del ts
     sources = [("plain", plain)] + ([("kvfs", paths[1])] if a.mount else [])
-    for method in a.methods.split(","):
+    for method in filter(None, a.methods.split(",")):
         for source, p in sources:
             for temp in ("cold", "warm"):
                 restore_case(torch, restorer, method, p, source, a.model, T, temp, verify,
@@ -316,8 +316,9 @@ def cmd_size(a):
             restore_case(torch, restorer, "pread%d" % a.threads, plain, "plain-rows", a.model, a.prefix,
                          temp, pv, None, a.reps, prefix=a.prefix)
     for spec in filter(None, a.sweep.split(",")):
+        spec, _, us = spec.partition("@")  # THREADSxMB[@switch interval in us]
         n, mb = (int(x) for x in spec.split("x"))
-        r = kvrestore.Restorer(threads=n, chunk_bytes=mb << 20)
+        r = kvrestore.Restorer(threads=n, chunk_bytes=mb << 20, switch_interval=(int(us) / 1e6) if us else None)
         for source, p in sources:
             ts, _ = r.restore(p)  # warm the cache and the pool
             del ts
@@ -327,7 +328,7 @@ def cmd_size(a):
                 times.append(st["seconds"])
                 del ts
             sec = statistics.median(times)
-            emit(kind="sweep", model=a.model, tokens=T, source=source, threads=n, chunk_mb=mb, seconds=sec,
+            emit(kind="sweep", model=a.model, tokens=T, source=source, threads=n, chunk_mb=mb, switch_us=int(us or 5000), seconds=sec,
                  all=times, gbps=st["bytes"] / sec / 1e9)
         r.close()
     for r in pools.values():
@@ -378,10 +379,10 @@ def cmd_table(a):
     sw = [r for r in rows if r["kind"] == "sweep"]
     if sw:
         p("")
-        p("| warm sweep | source | threads | chunk MiB | restore s | GB/s | vs pinned H2D |")
-        p("|---|---|---|---|---|---|---|")
+        p("| warm sweep | source | threads | chunk MiB | GIL switch µs | restore s | GB/s | vs pinned H2D |")
+        p("|---|---|---|---|---|---|---|---|")
         for r in sw:
-            p("| %s %d | %s | %d | %d | %.3f | %.1f | %s |" % (r["model"], r["tokens"], r["source"], r["threads"], r["chunk_mb"],
+            p("| %s %d | %s | %d | %d | %d | %.3f | %.1f | %s |" % (r["model"], r["tokens"], r["source"], r["threads"], r["chunk_mb"], r.get("switch_us", 5000),
                                                        r["seconds"], r["gbps"], ("%.2f" % (r["gbps"] / pin)) if pin else ""))
     fr = [r for r in rs if r.get("fuse")]
     if fr:

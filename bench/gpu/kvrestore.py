@@ -32,6 +32,7 @@ import json
 import mmap
 import os
 import struct
+import sys
 import threading
 import time
 
@@ -240,9 +241,13 @@ class Restorer:
     """A restore routine with its pinned pool (threads x 2 x chunk_bytes),
     made once and reused, as an engine would."""
 
-    def __init__(self, threads=16, chunk_bytes=8 << 20, backend=None, device="cuda"):
+    def __init__(self, threads=16, chunk_bytes=8 << 20, backend=None, device="cuda", switch_interval=None):
         self.threads = threads
         self.chunk_bytes = chunk_bytes
+        # Python's GIL switch interval (s) while a restore runs; None keeps
+        # the interpreter's (5 ms by default). A worker back from preadv
+        # waits for the GIL up to this long when another thread holds it.
+        self.switch_interval = switch_interval
         self.backend = backend if backend is not None else TorchBackend(device)
         t0 = time.perf_counter()
         self.pool = [[self.backend.alloc_staging(chunk_bytes) for _ in range(2)] for _ in range(threads)]
@@ -301,10 +306,16 @@ class Restorer:
                     errors.append(e)
 
             ths = [threading.Thread(target=worker, args=(w,)) for w in range(min(self.threads, max(1, len(chunks))))]
-            for t in ths:
-                t.start()
-            for t in ths:
-                t.join()
+            old_si = sys.getswitchinterval()
+            if self.switch_interval:
+                sys.setswitchinterval(self.switch_interval)
+            try:
+                for t in ths:
+                    t.start()
+                for t in ths:
+                    t.join()
+            finally:
+                sys.setswitchinterval(old_si)
             if errors:
                 raise errors[0]
             be.synchronize()
