@@ -18,6 +18,9 @@ thread would be bound by its own memory copy.
 
 `restore_mmap` is the simpler baseline: mmap the file and copy each tensor
 from the mapping (pageable memory; the driver stages it).
+`restore_mmap_registered` registers the mapping with CUDA (read-only
+cudaHostRegister of the page cache's own pages) and copies from it with no
+staging copy; the registration is paid on every call (needs cupy).
 
 Verification is optional: `verify(slot_index, tensor)` is called for every
 tensor after everything is resident, and must raise (or return False) on a
