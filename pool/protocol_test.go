@@ -48,13 +48,13 @@ var publishes = []publish{{nameB, 1<<1 | 1<<2}, {nameC, 1<<0 | 1<<2}}
 type variant int
 
 const (
-	ruleAll          variant = iota
-	trustKnown               // reuse what the host knew to exist, without HEAD under the key
-	verifyBeforeKey          // verify reused objects before the publish key exists
-	noSecondMark             // the collector skips its marking after the wait
-	noWait                   // the collector does not wait for publish keys
-	publishWithoutKey        // the publish transaction does not require the key
-	noFence                  // a publish may start while a sweep is fenced
+	ruleAll           variant = iota
+	trustKnown                // reuse what the host knew to exist, without HEAD under the key
+	verifyBeforeKey           // verify reused objects before the publish key exists
+	noSecondMark              // the collector skips its marking after the wait
+	noWait                    // the collector does not wait for publish keys
+	publishWithoutKey         // the publish transaction does not require the key
+	noFence                   // a publish may start while a sweep is fenced
 )
 
 func (v variant) String() string {
