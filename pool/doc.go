@@ -58,13 +58,14 @@
 //     expired, and then P's step 3 failed and N was never set by P.
 //
 // Either way S does not delete an object that a name reaches or will
-// reach. Names removed meanwhile only remove reasons to keep objects. The
-// grace period is a backstop for what the argument assumes: that a
-// collector whose lease expired stops deleting before another collector
-// or a publish can start (its deletes stop at half its lease's TTL since
-// its last keepalive, bounded clock drift assumed), and that objects
-// uploaded by publishes still in flight are not swept while their key is
-// being waited for.
+// reach. Names removed meanwhile only remove reasons to keep objects.
+//
+// The argument assumes one thing about time: a collector whose lease
+// expired has stopped deleting before a publish can start after its fence
+// went (its deletes stop at half its lease's TTL since its last keepalive;
+// bounded clock drift). The grace period, deleting only objects older
+// than it (default 1 h), is the backstop should that fail: a publish
+// verifies what it reuses within seconds of creating its key.
 //
 // protocol_test.go checks the argument exhaustively on a small scope (two
 // publishes with reuse, a retry after a lease expiry, a name removal, two
