@@ -63,9 +63,9 @@
 // The argument assumes one thing about time: a collector whose lease
 // expired has stopped deleting before a publish can start after its fence
 // went (its deletes stop at half its lease's TTL since its last keepalive;
-// bounded clock drift). The grace period, deleting only objects older
-// than it (default 1 h), is the backstop should that fail: a publish
-// verifies what it reuses within seconds of creating its key.
+// bounded clock drift). Should that fail, the grace period (deleting only
+// objects older than it, default 1 h) still keeps what publishes uploaded
+// lately; an old object a publish reuses relies on the assumption alone.
 //
 // protocol_test.go checks the argument exhaustively on a small scope (two
 // publishes with reuse, a retry after a lease expiry, a name removal, two
