@@ -41,24 +41,7 @@ func TestMatchMountAgreesWithSocket(t *testing.T) {
 	base := snapgen.Tokens(2000, 31)
 	write := func(rel string, tokens []uint32, blocks bool, edit func(*mlx.Header)) {
 		t.Helper()
-		h, tensors := matchModel.Snapshot(tokens)
-		if edit != nil {
-			edit(h)
-		}
-		p := m.path(rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		w := &mlx.Writer{}
-		if blocks {
-			w = &mlx.Writer{Layout: mlx.BlocksLayout, BlockBytes: 4096}
-		}
-		if _, _, err := w.Write(p, h, tensors); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		rt12Write(t, m, rel, tokens, blocks, edit)
 	}
 	minOffset := func(off int64) func(*mlx.Header) {
 		return func(h *mlx.Header) {
