@@ -11,10 +11,13 @@ import (
 )
 
 // Cache is a host's local copy of pool chunks: one file per chunk, named
-// by its sha256, bounded in bytes (least recently used go first). What it
-// returns is checked against the name, so a damaged cache file is a miss
-// (and is removed), never wrong bytes. It survives restarts: reads of
-// chunks it holds keep working while S3 is unreachable.
+// by its sha256, bounded in bytes (least recently used go first). It
+// survives restarts: reads of chunks it holds keep working while S3 is
+// unreachable. A chunk file found at open is checked against its name the
+// first time it is read (a crash can leave a renamed file whose bytes
+// never reached the disk): a damaged one is a miss, and is removed, never
+// wrong bytes. Chunks this process added were checked before they were,
+// and are not hashed again on each read.
 type Cache struct {
 	dir   string
 	limit int64
@@ -27,8 +30,9 @@ type Cache struct {
 }
 
 type cacheEntry struct {
-	sum  [32]byte
-	size int64
+	sum      [32]byte
+	size     int64
+	verified bool // its file's bytes were checked (or written) by this process
 }
 
 // CacheStats are the cache's figures.
@@ -73,8 +77,10 @@ func (c *Cache) path(sum [32]byte) string { return filepath.Join(c.dir, hex.Enco
 func (c *Cache) Get(sum [32]byte) ([]byte, bool) {
 	c.mu.Lock()
 	el, ok := c.byKey[sum]
+	verified := false
 	if ok {
 		c.lru.MoveToFront(el)
+		verified = el.Value.(*cacheEntry).verified
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -82,10 +88,17 @@ func (c *Cache) Get(sum [32]byte) ([]byte, bool) {
 		return nil, false
 	}
 	b, err := os.ReadFile(c.path(sum))
-	if err != nil || sha256.Sum256(b) != sum {
+	if err != nil || (!verified && sha256.Sum256(b) != sum) {
 		c.drop(sum)
 		c.count(false)
 		return nil, false
+	}
+	if !verified {
+		c.mu.Lock()
+		if el, ok := c.byKey[sum]; ok {
+			el.Value.(*cacheEntry).verified = true
+		}
+		c.mu.Unlock()
 	}
 	c.count(true)
 	return b, true
@@ -130,7 +143,7 @@ func (c *Cache) Add(sum [32]byte, b []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byKey[sum]; !ok {
-		c.byKey[sum] = c.lru.PushFront(&cacheEntry{sum: sum, size: int64(len(b))})
+		c.byKey[sum] = c.lru.PushFront(&cacheEntry{sum: sum, size: int64(len(b)), verified: true})
 		c.bytes += int64(len(b))
 	}
 	c.evictLocked()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -135,6 +136,35 @@ func TestTwoHostsShare(t *testing.T) {
 	if st := b.Stats(); st.Cache.Hits == 0 || st.Cache.Chunks != 51 {
 		t.Fatalf("B's cache after two reads: %+v", st.Cache)
 	}
+	// Four readers of one open file at once, at unaligned offsets, through
+	// a host with a cold cache.
+	c := s.host(t, s.config(t, t.TempDir()))
+	f, err := c.Open(ctx, "models/llama/one.mlxkv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 50 {
+				off := r.IntN(len(data))
+				n := 1 + r.IntN(min(len(data)-off, 200_000))
+				got := make([]byte, n)
+				if _, err := f.ReadAt(got, int64(off)); err != nil && !errors.Is(err, io.EOF) {
+					t.Errorf("concurrent read at %d+%d: %v", off, n, err)
+					return
+				}
+				if !bytes.Equal(got, data[off:off+n]) {
+					t.Errorf("concurrent read at %d+%d: bytes differ", off, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	if err := b.Remove(ctx, "models/llama/one.mlxkv"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"sort"
+	"sync"
 	"syscall"
 )
 
@@ -21,6 +22,12 @@ type File struct {
 	p    *Pool
 	path string
 	m    *Manifest
+
+	mu   sync.Mutex // guards last
+	last struct {
+		i    int
+		data []byte // nil: none
+	}
 }
 
 // Size is the file's length.
@@ -134,23 +141,71 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 	if off < 0 {
 		return 0, fmt.Errorf("read %s: negative offset %d", f.path, off)
 	}
-	n := 0
 	cs := f.m.ChunkSize
-	for n < len(b) && off < f.m.Size {
-		i := int(off / cs)
-		c := f.m.Chunks[i]
-		data, err := f.p.chunk(ctx, c)
-		if err != nil {
-			return n, fmt.Errorf("read %s at %d: %w", f.path, off, err)
+	end := min(off+int64(len(b)), f.m.Size)
+	if off >= end {
+		if len(b) == 0 {
+			return 0, nil
 		}
-		k := copy(b[n:], data[off-int64(i)*cs:])
-		n += k
-		off += int64(k)
+		return 0, io.EOF
+	}
+	first, last := int(off/cs), int((end-1)/cs)
+	chunks := make([][]byte, last-first+1)
+	if err := f.fetch(ctx, first, chunks); err != nil {
+		return 0, fmt.Errorf("read %s at %d: %w", f.path, off, err)
+	}
+	n := 0
+	for k, data := range chunks {
+		from := int64(0)
+		if k == 0 {
+			from = off - int64(first)*cs
+		}
+		n += copy(b[n:], data[from:])
 	}
 	if n < len(b) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readers is how many chunks one read fetches at once.
+const readers = 8
+
+// fetch fills out with chunks first, first+1, ...: the one the file read
+// last from memory (reads smaller than a chunk come in runs), the others
+// from the cache or the pool, up to readers at a time.
+func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
+	f.mu.Lock()
+	if f.last.data != nil && f.last.i >= first && f.last.i < first+len(out) {
+		out[f.last.i-first] = f.last.data
+	}
+	f.mu.Unlock()
+	errs := make([]error, len(out))
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for k := range out {
+		if out[k] != nil {
+			continue
+		}
+		if len(out) == 1 {
+			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.last.i, f.last.data = first+len(out)-1, out[len(out)-1]
+	f.mu.Unlock()
+	return nil
 }
 
 // chunk returns a chunk's bytes, checked against its sha256.
