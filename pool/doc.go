@@ -1,9 +1,9 @@
 // Package pool lets several hosts share one prompt-cache pool: chunks and
 // manifests as immutable objects in an S3-compatible object store, names
 // and coordination in etcd (DESIGN.md, "Scale-out"). Pool is one host's
-// handle: Publish, Open (a File read with ReadAt), List, Remove, Collect.
-// kvfs pool and kvfs gc --pool use it from the command line; the mount
-// does not yet (kvfs mount --pool is to come).
+// handle: Publish, Open (a File read with ReadAt), Stat, List, Rename,
+// Remove, Collect. kvfs mount --pool serves it as a filesystem (fs/poolfs);
+// kvfs pool and kvfs gc --pool use it from the command line.
 //
 // # What exists and what does not
 //
@@ -11,8 +11,9 @@
 // scripts/services starts them): publish with dedup against chunks any
 // host published, reads verified chunk by chunk through a bounded local
 // cache, the collector, lease loss and retry, kills mid-publish, and
-// services going away and coming back. Not yet: the FUSE mount over a
-// pool, rewriting mostly dead packs, and capacity eviction of names.
+// services going away and coming back; two mounts sharing one pool
+// (tests/poolmount_test.go). Not yet: rewriting mostly dead packs,
+// capacity eviction of names, and prefix matching across hosts.
 //
 // # Objects and names
 //

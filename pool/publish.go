@@ -10,6 +10,8 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Publish stores size bytes read from r as the pool file path, following
@@ -285,6 +287,42 @@ func (p *Pool) Remove(ctx context.Context, path string) error {
 	}
 	if resp.Deleted == 0 {
 		return fmt.Errorf("remove %s: %w", path, fs.ErrNotExist)
+	}
+	return nil
+}
+
+// Rename moves a pool file's name, replacing what the new name was, in
+// one etcd transaction (the manifest it points to is reachable from one of
+// the two names at every moment, so a collection marks it either way).
+func (p *Pool) Rename(ctx context.Context, from, to string) error {
+	if err := checkPath(from); err != nil {
+		return err
+	}
+	if err := checkPath(to); err != nil {
+		return err
+	}
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(from))
+	if err != nil {
+		return fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("rename %s: %w", from, fs.ErrNotExist)
+	}
+	kv := resp.Kvs[0]
+	if from == to {
+		return nil
+	}
+	tx, err := p.coord.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))
+	}
+	if !tx.Succeeded {
+		return fmt.Errorf("rename %s to %s: it changed meanwhile: %w", from, to, fs.ErrExist)
 	}
 	return nil
 }

@@ -251,3 +251,25 @@ func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// Stat returns a pool file's size: its manifest, read once per manifest
+// (they are immutable), without checking that its packs exist (Open does).
+func (p *Pool) Stat(ctx context.Context, path string) (int64, error) {
+	if err := checkPath(path); err != nil {
+		return 0, err
+	}
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: etcd: %w", path, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("stat %s: %w", path, fs.ErrNotExist)
+	}
+	m, err := p.manifest(ctx, string(resp.Kvs[0].Value))
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, p.explain(ctx, err))
+	}
+	return m.Size, nil
+}

@@ -17,6 +17,12 @@ import (
 // README tells users to, and returns the environment it printed (stopped
 // at cleanup).
 func poolEnv(t *testing.T) []string {
+	env, _ := poolServices(t)
+	return env
+}
+
+// poolServices is poolEnv, and the services' directory.
+func poolServices(t *testing.T) ([]string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	script, err := filepath.Abs("../scripts/services")
@@ -48,7 +54,7 @@ func poolEnv(t *testing.T) []string {
 	if len(env) != 6 {
 		t.Fatalf("scripts/services start printed %d export lines, want 6:\n%s", len(env), out)
 	}
-	return env
+	return env, dir
 }
 
 // poolKvfs runs kvfs with env (on top of this process's, less AWS_* and
