@@ -1,15 +1,50 @@
-// Package pool will let several hosts share one prompt-cache pool: chunks
-// and manifests as immutable objects in an S3-compatible object store,
-// names and coordination in etcd (DESIGN.md, "Scale-out"). What exists so
-// far is the protocol that keeps a collector from deleting an object a
-// name needs, and an exhaustive small-scope check of it (protocol_test.go).
+// Package pool lets several hosts share one prompt-cache pool: chunks and
+// manifests as immutable objects in an S3-compatible object store, names
+// and coordination in etcd (DESIGN.md, "Scale-out"). Pool is one host's
+// handle: Publish, Open (a File read with ReadAt), Stat, List, Rename,
+// Remove, Collect. kvfs mount --pool serves it as a filesystem (fs/poolfs);
+// kvfs pool and kvfs gc --pool use it from the command line.
+//
+// # What exists and what does not
+//
+// Built and tested against real servers (etcd, and versitygw for S3, as
+// scripts/services starts them): publish with dedup against chunks any
+// host published, reads verified chunk by chunk through a bounded local
+// cache, the collector, lease loss and retry, kills mid-publish, and
+// services going away and coming back; two mounts sharing one pool
+// (tests/poolmount_test.go). Not yet: rewriting mostly dead packs,
+// capacity eviction of names, and prefix matching across hosts.
 //
 // # Objects and names
 //
-// Chunks travel in immutable pack objects; a manifest object, named by its
-// own hash, lists every chunk's sha256 with its pack object and range.
-// Objects are never overwritten. etcd holds names/<path> → manifest hash,
-// the only roots.
+// Files are cut into chunks of a fixed size (1 MiB by default); chunks a
+// publish does not find in the pool travel in immutable pack objects
+// (PREFIX/packs/<sha256 of the pack>, 32 MiB by default), so that a
+// snapshot is a few PUTs, not thousands. A manifest object
+// (PREFIX/manifests/<sha256 of its bytes>, JSON: manifest.go) lists every
+// chunk's sha256 with its pack object and offset, so that any host reads
+// any file with ranged GETs and checks every chunk. Objects are never
+// overwritten: a name is its content's hash. etcd holds, under
+// kvfs/BUCKET/PREFIX/, names/<path> → manifest hash, the only roots, and
+// the publish keys, the sweep fence and the collectors' lock (coord.go).
+//
+// # Reading
+//
+// Open resolves the name, reads the manifest (checked against its hash,
+// then parsed as untrusted input) and checks that its packs exist: a
+// missing object is fs.ErrNotExist at open. A read fetches each chunk from
+// the local cache or with one ranged GET, and checks its sha256: a chunk
+// gone or damaged after the open is an EIO for that read, never wrong
+// bytes. Chunks read are kept in the host's cache (cache.go), so reads of
+// them go on while S3 is unreachable.
+//
+// # Dedup across hosts
+//
+// Before a publish, a host reads the manifests of names it has not seen
+// (once each: manifests are immutable), and so knows which chunks the
+// pool holds and where. That knowledge is only a hint: the publish
+// verifies every pack it reuses (below). A prefix-growth series published
+// alternately through two hosts stores each chunk once (TestTwoHostsShare).
 //
 // # Publishing
 //
@@ -66,6 +101,23 @@
 // bounded clock drift). Should that fail, the grace period (deleting only
 // objects older than it, default 1 h) still keeps what publishes uploaded
 // lately; an old object a publish reuses relies on the assumption alone.
+//
+// # Failures
+//
+// Every call to S3 or etcd is bounded (Config.OpTimeout): a service that
+// does not answer fails the operation with an error that names it. A
+// session whose lease expired is replaced by a new one at the next
+// publish, so a host recovers without a restart once etcd is back.
+//
+// # Tests
+//
+// The end-to-end tests start etcd and versitygw through scripts/services
+// (a fresh pair per test): two hosts sharing files and a prefix series
+// (TestTwoHostsShare), damaged and missing objects, collection, a
+// collector racing publishes while leases are revoked at random moments
+// (TestCollectRacesPublishes), a publisher SIGKILLed at random moments
+// (TestKillMidPublish), and S3 and etcd stopped and started again
+// (TestServicesUnreachable).
 //
 // protocol_test.go checks the argument exhaustively on a small scope (two
 // publishes with reuse, a retry after a lease expiry, a name removal, two

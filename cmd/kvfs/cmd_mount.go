@@ -24,6 +24,9 @@ import (
 )
 
 type mountOptions struct {
+	// pool: with --pool (or $KVFS_POOL), the mount serves a shared pool
+	// (poolmount.go), and STORE holds this host's cache and spool.
+	pool       poolFlags
 	foreground bool
 	options    []string // -o, each comma-separated, as mount(8) takes them
 	verify     bool
@@ -71,7 +74,7 @@ type mountOptions struct {
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
-	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.")
+	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.")
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
 	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md); ro, noexec, nosuid, nodev (as for any filesystem); fstab's and systemd's own (nofail, _netdev, x-systemd.*, ...) are accepted and ignored; macOS: volname=NAME (default: the mount point's name) and noappledouble are set by default, macFUSE's allow_root, nobrowse, local, auto_cache, iconpath= are passed on, noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr, daemon_timeout are refused, others are passed on with a warning (docs/MACOS.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
@@ -103,6 +106,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&o.packBytes, "pack-bytes", 0, "testing: the size at which commits move to a new pack; 0: the default")
 	fs.MarkHidden("pack-bytes")
 	addRetainFlags(fs, &o.retain)
+	o.pool.add(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -178,6 +182,9 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return fmt.Errorf("mount: create the default mount point: %w", err)
 		}
+	}
+	if o.pool.pool != "" {
+		return mountPool(ctx, storeDir, mnt, o, allowOther, level, stdout, stderr)
 	}
 	// Fail here, with the cause, rather than in the daemon's log.
 	if err := checkMountTarget(storeDir, mnt, stderr); err != nil {
@@ -272,6 +279,7 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 		flags = append(flags, "--metrics", o.metrics)
 	}
 	flags = append(flags, o.retain.args()...)
+	flags = append(flags, o.pool.args()...)
 	if o.cpuProfile != "" {
 		p, err := filepath.Abs(o.cpuProfile)
 		if err != nil {
@@ -398,7 +406,15 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify,
 		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize(), "simulate_darwin", o.simulateDarwin)
 	ready("ok")
+	return serveUntilUnmounted(srv, mnt, log)
+}
 
+// serveUntilUnmounted waits until the mount is unmounted, unmounting it
+// at SIGINT or SIGTERM.
+func serveUntilUnmounted(srv interface {
+	Unmount() error
+	Wait()
+}, mnt string, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/kvfs/kvfs/gc"
 	"github.com/kvfs/kvfs/store"
@@ -26,11 +27,28 @@ When the store is mounted, the daemon does the work (through its control
 socket, STORE/kvfs.sock); otherwise kvfs gc opens the store itself. A mounted
 daemon also compacts in the background (kvfs mount --compact-interval).
 Prints the packs rewritten and removed, the bytes copied and the disk space
-reclaimed (allocated blocks of the pack files, before and after).`)
+reclaimed (allocated blocks of the pack files, before and after).
+
+With --pool (and no STORE), collect a pool that several hosts share
+instead (pool/doc.go): delete the pack and manifest objects no name reaches
+that are older than --grace, never one an in-flight publish needs. One host
+collects at a time; another that tries meanwhile is refused.`)
 	dry := fs.Bool("dry-run", false, "report what would be rewritten, removed and reclaimed, and change nothing")
 	threshold := fs.Float64("threshold", store.DefaultCompactThreshold, "rewrite packs whose dead fraction is at least this (0 < F <= 1); packs with nothing live are removed whatever it is")
+	var pf poolFlags
+	pf.add(fs)
+	grace := fs.Duration("grace", time.Hour, "with --pool: delete only unreached objects older than this")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.Changed("pool") {
+		if fs.NArg() != 0 {
+			return usagef("with --pool, no STORE")
+		}
+		if *grace <= 0 {
+			return usagef("--grace: want a positive duration")
+		}
+		return runPoolGC(ctx, &pf, *grace, *dry, stdout, stderr)
 	}
 	if fs.NArg() != 1 {
 		return usagef("want STORE")

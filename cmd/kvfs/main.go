@@ -45,6 +45,7 @@ func commands() []command {
 		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
 		{"fsck", "check a store offline (and --repair it); own exit statuses", runFsck},
 		{"gc", "compact a store: rewrite mostly dead packs, remove dead ones", runGC},
+		{"pool", "put, get, list and remove files of a pool shared by several hosts (S3 and etcd)", runPool},
 		{"config", "show or change a store's capacity and retention settings", runConfig},
 		{"pin", "keep files from eviction", runPin},
 		{"unpin", "let pinned files be evicted again", runUnpin},

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kvfs/kvfs/pool"
+	"github.com/kvfs/kvfs/store"
+)
+
+// poolFlags are the flags that name a shared pool (pool/doc.go), with the
+// environment variables scripts/services prints as their defaults.
+type poolFlags struct {
+	pool, endpoint, etcd, credentials, cache string
+	cacheSize                                string
+	timeout                                  time.Duration
+}
+
+func (f *poolFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&f.pool, "pool", os.Getenv("KVFS_POOL"), "the shared pool, s3://BUCKET/PREFIX (default $KVFS_POOL)")
+	fs.StringVar(&f.endpoint, "endpoint", os.Getenv("KVFS_ENDPOINT"), "the S3 server's URL, http://HOST:PORT or https://HOST:PORT (default $KVFS_ENDPOINT)")
+	fs.StringVar(&f.etcd, "etcd", os.Getenv("KVFS_ETCD"), "etcd's client endpoints, HOST:PORT[,HOST:PORT...] (default $KVFS_ETCD)")
+	fs.StringVar(&f.credentials, "credentials", "", "a file with the S3 credentials, as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines or an AWS credentials file (default: those environment variables)")
+	fs.StringVar(&f.cache, "cache", "", "this host's local chunk cache directory (default: none; for kvfs mount, STORE/cache)")
+	fs.StringVar(&f.cacheSize, "cache-size", "1G", "the local chunk cache's bound (K, M, G, T suffixes)")
+	fs.DurationVar(&f.timeout, "pool-timeout", 30*time.Second, "how long one call to S3 or etcd may take before the operation fails")
+}
+
+// open joins the pool the flags name.
+func (f *poolFlags) open(ctx context.Context, stderr io.Writer) (*pool.Pool, error) {
+	if f.pool == "" || f.endpoint == "" || f.etcd == "" {
+		return nil, usagef("a pool needs --pool, --endpoint and --etcd (or KVFS_POOL, KVFS_ENDPOINT and KVFS_ETCD; scripts/services start prints them)")
+	}
+	key, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	if f.credentials != "" {
+		var err error
+		if key, secret, err = readCredentials(f.credentials); err != nil {
+			return nil, err
+		}
+	}
+	size, err := store.ParseSize(f.cacheSize)
+	if err != nil {
+		return nil, usagef("--cache-size: %v", err)
+	}
+	if f.timeout <= 0 {
+		return nil, usagef("--pool-timeout: want a positive duration")
+	}
+	return pool.Open(ctx, pool.Config{
+		S3:         pool.S3Config{Pool: f.pool, Endpoint: f.endpoint, AccessKey: key, SecretKey: secret},
+		Etcd:       strings.Split(f.etcd, ","),
+		CacheDir:   f.cache,
+		CacheBytes: size,
+		OpTimeout:  f.timeout,
+		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+}
+
+// readCredentials reads S3 credentials from a file of KEY=VALUE lines
+// (an optional "export " before each, as scripts/services prints them) or
+// an AWS credentials file (KEY = VALUE under [default]).
+func readCredentials(path string) (key, secret string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", fmt.Errorf("credentials: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	section := "default"
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]") {
+			section = strings.TrimSpace(line[1 : len(line)-1])
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok || section != "default" {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"'`)
+		switch strings.ToUpper(strings.TrimSpace(k)) {
+		case "AWS_ACCESS_KEY_ID":
+			key = v
+		case "AWS_SECRET_ACCESS_KEY":
+			secret = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", fmt.Errorf("credentials %s: %w", path, err)
+	}
+	if key == "" || secret == "" {
+		return "", "", fmt.Errorf("credentials %s: no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in it", path)
+	}
+	return key, secret, nil
+}
+
+func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var pf poolFlags
+	fs := newFlags("pool", "[flags] put LOCAL NAME | get NAME LOCAL | ls [PREFIX] | rm NAME... | stats", `Use a pool that several hosts share: files as immutable pack and manifest
+objects in an S3-compatible object store, names in etcd (pool/doc.go). What
+one host puts, every host lists and gets; chunks a host knows the pool holds
+are not uploaded again. Every chunk read is checked against its sha256: a
+chunk missing or damaged fails the read, never returns wrong bytes.
+
+  put LOCAL NAME   publish a local file under NAME (replacing what NAME was)
+  get NAME LOCAL   copy a pool file out (LOCAL "-" is standard output)
+  ls [PREFIX]      list the names under PREFIX
+  rm NAME...       remove names; kvfs gc --pool reclaims their objects
+  stats            print this host's pool and cache figures
+
+To try a pool on one machine: eval "$(scripts/services start)".`)
+	pf.add(fs)
+	fs.SetInterspersed(false)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usagef("want put, get, ls, rm or stats")
+	}
+	sub, rest := fs.Arg(0), fs.Args()[1:]
+	want := map[string][2]int{"put": {2, 2}, "get": {2, 2}, "ls": {0, 1}, "rm": {1, 1 << 20}, "stats": {0, 0}}
+	n, ok := want[sub]
+	if !ok {
+		return usagef("unknown pool command %q: want put, get, ls, rm or stats", sub)
+	}
+	if len(rest) < n[0] || len(rest) > n[1] {
+		return usagef("pool %s: wrong number of arguments", sub)
+	}
+	p, err := pf.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	switch sub {
+	case "put":
+		f, err := os.Open(rest[0])
+		if err != nil {
+			return fmt.Errorf("put: %w", err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("put: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("put %s: not a regular file", rest[0])
+		}
+		return p.Publish(ctx, rest[1], f, fi.Size())
+	case "get":
+		return poolGet(ctx, p, rest[0], rest[1], stdout)
+	case "ls":
+		prefix := ""
+		if len(rest) == 1 {
+			prefix = rest[0]
+		}
+		names, err := p.List(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			fmt.Fprintln(stdout, displayName(n))
+		}
+	case "rm":
+		var first error
+		for _, name := range rest {
+			if err := p.Remove(ctx, name); err != nil {
+				fmt.Fprintf(stderr, "kvfs pool rm: %v\n", err)
+				first = cmp(first, err)
+			}
+		}
+		if first != nil {
+			return exitStatus{code: exitFailure}
+		}
+	case "stats":
+		st := p.Stats()
+		fmt.Fprintf(stdout, "pool:          %s\n", pf.pool)
+		fmt.Fprintf(stdout, "known chunks:  %d\n", st.KnownChunks)
+		fmt.Fprintf(stdout, "cache:         %d chunks, %d of %d bytes (%s)\n", st.Cache.Chunks, st.Cache.Bytes, st.Cache.Limit, orNone(pf.cache))
+		fmt.Fprintf(stdout, "cache hits:    %d, misses %d, evicted %d\n", st.Cache.Hits, st.Cache.Misses, st.Cache.Evicted)
+	}
+	return nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no cache directory"
+	}
+	return s
+}
+
+// poolGet copies a pool file to local (a new file, written whole before
+// it takes its name) or to w.
+func poolGet(ctx context.Context, p *pool.Pool, name, local string, w io.Writer) error {
+	f, err := p.Open(ctx, name)
+	if err != nil {
+		return err
+	}
+	src := io.NewSectionReader(f, 0, f.Size())
+	if local == "-" {
+		_, err := io.Copy(w, src)
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(local), ".kvfs-get-*")
+	if err != nil {
+		return fmt.Errorf("get %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return fmt.Errorf("get %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("get %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), local); err != nil {
+		return fmt.Errorf("get %s: %w", name, err)
+	}
+	return nil
+}
+
+// runPoolGC is kvfs gc --pool: one collection of the shared pool.
+func runPoolGC(ctx context.Context, pf *poolFlags, grace time.Duration, dry bool, stdout, stderr io.Writer) error {
+	p, err := pf.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	st, err := p.Collect(ctx, pool.CollectOptions{Grace: grace, DryRun: dry})
+	if err != nil {
+		return fmt.Errorf("gc %s: %w", pf.pool, err)
+	}
+	verb := "deleted"
+	if dry {
+		verb = "would delete"
+	}
+	fmt.Fprintf(stdout, "%s: %d names, %d objects live; %s %d objects (%d bytes); kept %d unreached objects younger than %v\n",
+		pf.pool, st.Names, st.LiveObjects, verb, st.Deleted, st.DeletedBytes, st.YoungKept, grace)
+	if st.DanglingNames > 0 {
+		fmt.Fprintf(stderr, "kvfs gc: %d names point to missing manifests (logged above)\n", st.DanglingNames)
+	}
+	return nil
+}

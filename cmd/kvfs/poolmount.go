@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/kvfs/kvfs/fs/poolfs"
+)
+
+// mountPool is kvfs mount --pool: STORE is this host's directory for the
+// pool (its chunk cache, STORE/cache unless --cache says otherwise, the
+// spool of files being written, and the daemon's log), made if missing;
+// the mount serves the pool's names (fs/poolfs).
+func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, level slog.Level, stdout, stderr io.Writer) error {
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return fmt.Errorf("pool mount: %w", err)
+	}
+	if o.pool.cache == "" {
+		o.pool.cache = filepath.Join(storeDir, "cache")
+	}
+	for _, p := range []*string{&o.pool.cache, &o.pool.credentials} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+	}
+	if e, ok, _ := mountAt(mnt); ok && e.isKvfs() && !deadMount(mnt) {
+		return fmt.Errorf("mount point %s is already a kvfs mount of %s (kvfs unmount %s first)", mnt, e.Source, mnt)
+	}
+	if fi, err := os.Stat(mnt); err != nil {
+		return fmt.Errorf("mount point %s: %w", mnt, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	if !o.foreground {
+		return mountFailureHint(runtime.GOOS, daemonize([]string{storeDir, mnt}, storeDir, o, stdout))
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return mountFailureHint(runtime.GOOS, servePool(ctx, storeDir, mnt, o, allowOther, log))
+}
+
+// servePool joins the pool, mounts it and serves it until unmounted.
+func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
+	ready := func(msg string) {
+		if o.readyFD > 0 {
+			f := os.NewFile(uintptr(o.readyFD), "ready")
+			fmt.Fprintln(f, msg)
+			f.Close()
+			o.readyFD = 0
+		}
+	}
+	p, err := o.pool.open(ctx, os.Stderr)
+	if err != nil {
+		ready("error: " + err.Error())
+		return err
+	}
+	defer p.Close()
+	srv, err := poolfs.Mount(mnt, poolfs.Options{
+		Pool: p, SpoolDir: filepath.Join(storeDir, "spool"), Logger: log, AllowOther: allowOther,
+		Timeout: o.timeout, KernelOptions: o.kernelOptions,
+	})
+	if err != nil {
+		ready("error: " + err.Error())
+		return err
+	}
+	log.Info("mounted", "pool", o.pool.pool, "endpoint", o.pool.endpoint, "etcd", o.pool.etcd, "cache", o.pool.cache, "mountpoint", mnt)
+	ready("ok")
+	return serveUntilUnmounted(srv, mnt, log)
+}
+
+// args are the flags that give a daemon the same pool.
+func (f *poolFlags) args() []string {
+	if f.pool == "" {
+		return nil
+	}
+	a := []string{"--pool", f.pool, "--endpoint", f.endpoint, "--etcd", f.etcd, "--cache-size", f.cacheSize, "--pool-timeout", f.timeout.String()}
+	if f.credentials != "" {
+		a = append(a, "--credentials", f.credentials)
+	}
+	if f.cache != "" {
+		a = append(a, "--cache", f.cache)
+	}
+	return a
+}

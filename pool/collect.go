@@ -1,0 +1,218 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// CollectOptions tune a collection.
+type CollectOptions struct {
+	// Grace: only objects older than this are deleted (0: 1 h). See
+	// doc.go for what it covers.
+	Grace time.Duration
+	// DryRun finds what would be deleted and deletes nothing.
+	DryRun bool
+	// Progress, if set, is told each object deleted.
+	Progress func(name string, size int64)
+}
+
+// CollectStats report a collection.
+type CollectStats struct {
+	Names         int   // names marked from
+	LiveObjects   int   // objects the names reach
+	Deleted       int   // objects deleted (or, in a dry run, to delete)
+	DeletedBytes  int64 //
+	YoungKept     int   // unreached objects kept for the grace period
+	DanglingNames int   // names whose manifest is missing
+}
+
+// ErrCollectorBusy is a collection refused because another host is
+// collecting.
+var ErrCollectorBusy = errors.New("another host is collecting this pool")
+
+// Collect deletes the pool's objects that no name reaches, following the
+// protocol in doc.go: mark from the names at revision R, fence new
+// publishes, wait for in-flight ones, mark from the names again, delete
+// unmarked objects older than the grace period, lift the fence. One host
+// collects at a time (an etcd lock); while this host's lease is not
+// alive, it stops deleting.
+func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, error) {
+	if opts.Grace == 0 {
+		opts.Grace = time.Hour
+	}
+	var st CollectStats
+	// The collector's own session: its lease bounds the fence's life, and
+	// losing it stops the sweep.
+	octx, cancel := p.op(ctx)
+	sess, err := p.coord.newSession(octx, ctx)
+	cancel()
+	if err != nil {
+		return st, fmt.Errorf("collect: %w", err)
+	}
+	defer sess.Close()
+	lock := concurrency.NewMutex(sess, p.coord.lockPrefix())
+	octx, cancel = p.op(ctx)
+	err = lock.TryLock(octx)
+	cancel()
+	if errors.Is(err, concurrency.ErrLocked) {
+		return st, ErrCollectorBusy
+	}
+	if err != nil {
+		return st, fmt.Errorf("collect: etcd lock: %w", err)
+	}
+	defer func() {
+		uctx, cancel := p.op(context.WithoutCancel(ctx))
+		lock.Unlock(uctx)
+		cancel()
+	}()
+
+	live := map[string]bool{}
+	// 1. Mark from the names at revision R.
+	if err := p.mark(ctx, live, &st); err != nil {
+		return st, err
+	}
+	// 2. The fence: no publish starts while it exists.
+	octx, cancel = p.op(ctx)
+	resp, err := p.coord.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(p.coord.fenceKey()), "=", 0)).
+		Then(clientv3.OpPut(p.coord.fenceKey(), fmt.Sprintf("%x", int64(sess.Lease())), clientv3.WithLease(sess.Lease()))).
+		Commit()
+	cancel()
+	if err != nil {
+		return st, fmt.Errorf("collect: etcd: put the sweep fence: %w", err)
+	}
+	if !resp.Succeeded {
+		return st, fmt.Errorf("collect: a sweep fence is already up: %w", ErrCollectorBusy)
+	}
+	defer func() {
+		dctx, cancel := p.op(context.WithoutCancel(ctx))
+		p.coord.cli.Delete(dctx, p.coord.fenceKey())
+		cancel()
+	}()
+	// 3. Wait for every publish that began before the fence to finish or
+	// lose its lease (bounded by the longest lease TTL).
+	wctx, cancel := context.WithTimeout(ctx, p.opTimeout+time.Duration(p.coord.ttl)*time.Second*3)
+	err = p.coord.waitGone(wctx, p.coord.publishPrefix(), true)
+	cancel()
+	if err != nil {
+		return st, fmt.Errorf("collect: wait for in-flight publishes: %w", err)
+	}
+	// 4. Mark from the names now: those published since R.
+	st.Names, st.DanglingNames = 0, 0
+	if err := p.mark(ctx, live, &st); err != nil {
+		return st, err
+	}
+	st.LiveObjects = len(live)
+	// 5. Delete unmarked objects older than the grace period, while the
+	// lease is alive.
+	alive := leaseCheck(p, sess)
+	now := time.Now()
+	for _, dir := range []string{manifestDir, packDir} {
+		var victims []ObjectInfo
+		lctx, cancel := context.WithTimeout(ctx, 10*p.opTimeout)
+		err := p.objs.List(lctx, dir, func(o ObjectInfo) error {
+			if live[o.Name] {
+				return nil
+			}
+			if now.Sub(o.Modified) < opts.Grace {
+				st.YoungKept++
+				return nil
+			}
+			victims = append(victims, o)
+			return nil
+		})
+		cancel()
+		if err != nil {
+			return st, fmt.Errorf("collect: %w", err)
+		}
+		for _, o := range victims {
+			if !opts.DryRun {
+				if err := alive(ctx); err != nil {
+					return st, err
+				}
+				octx, cancel := p.op(ctx)
+				err := p.objs.Delete(octx, o.Name)
+				cancel()
+				if err != nil {
+					return st, fmt.Errorf("collect: %w", err)
+				}
+				if strings.HasPrefix(o.Name, packDir) {
+					p.forgetPack(strings.TrimPrefix(o.Name, packDir))
+				}
+			}
+			st.Deleted++
+			st.DeletedBytes += o.Size
+			if opts.Progress != nil {
+				opts.Progress(o.Name, o.Size)
+			}
+		}
+	}
+	return st, nil
+}
+
+// mark adds to live the manifests the names reach now and their packs.
+func (p *Pool) mark(ctx context.Context, live map[string]bool, st *CollectStats) error {
+	octx, cancel := p.op(ctx)
+	names, _, err := p.coord.names(octx, "", 0)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	st.Names = len(names)
+	for path, name := range names {
+		if live[manifestDir+name] {
+			continue
+		}
+		m, err := p.manifest(ctx, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			st.DanglingNames++
+			p.log.Warn("pool: a name points to a missing manifest", "path", path, "manifest", name)
+			continue
+		}
+		if err != nil {
+			// A manifest that cannot be read keeps everything: deleting
+			// what it may reference is the one thing not to risk.
+			return fmt.Errorf("collect: name %s: %w", path, err)
+		}
+		live[manifestDir+name] = true
+		for _, c := range m.Chunks {
+			live[packDir+c.Pack] = true
+		}
+	}
+	return nil
+}
+
+// leaseCheck returns a check that fails once the collector's lease is
+// gone or has less than half its TTL left: a collector must stop deleting
+// well before a lease it lost lets a publish start (doc.go).
+func leaseCheck(p *Pool, sess *concurrency.Session) func(context.Context) error {
+	var checked time.Time
+	return func(ctx context.Context) error {
+		select {
+		case <-sess.Done():
+			return fmt.Errorf("collect: etcd lease lost; stopped deleting")
+		default:
+		}
+		if time.Since(checked) < 500*time.Millisecond {
+			return nil
+		}
+		octx, cancel := p.op(ctx)
+		resp, err := p.coord.cli.TimeToLive(octx, sess.Lease())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("collect: etcd lease check: %w; stopped deleting", err)
+		}
+		if resp.TTL*2 < int64(p.coord.ttl) {
+			return fmt.Errorf("collect: etcd lease has %d s left of %d; stopped deleting", resp.TTL, p.coord.ttl)
+		}
+		checked = time.Now()
+		return nil
+	}
+}

@@ -1,0 +1,202 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// coord is the pool's state in etcd, under one key prefix per pool:
+//
+//	PFX/names/<path>          → the file's manifest hash: the only roots
+//	PFX/publish/<lease>/<id>  → an in-flight publish, bound to its lease
+//	PFX/fence                 → a sweep in progress, bound to the collector's lease
+//	PFX/collector/...         → the collectors' lock (one collects at a time)
+type coord struct {
+	cli *clientv3.Client
+	pfx string
+	ttl int // seconds
+
+	mu   sync.Mutex
+	sess *concurrency.Session
+}
+
+func (c *coord) namesKey(path string) string { return c.pfx + "names/" + path }
+func (c *coord) namesPrefix() string         { return c.pfx + "names/" }
+func (c *coord) publishPrefix() string       { return c.pfx + "publish/" }
+func (c *coord) fenceKey() string            { return c.pfx + "fence" }
+func (c *coord) lockPrefix() string          { return c.pfx + "collector" }
+
+// session is this host's live etcd session: a lease kept alive in the
+// background. One whose lease expired (etcd unreachable for longer than
+// its TTL, or revoked) is replaced by a new one, so that a host recovers
+// without a restart once etcd is back.
+func (c *coord) session(ctx context.Context) (*concurrency.Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil {
+		select {
+		case <-c.sess.Done():
+			c.sess = nil
+		default:
+			return c.sess, nil
+		}
+	}
+	s, err := c.newSession(ctx, context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	c.sess = s
+	return s, nil
+}
+
+// newSession grants a lease within ctx (bounded: etcd may not answer) and
+// keeps it alive until life ends or the session is closed.
+func (c *coord) newSession(ctx, life context.Context) (*concurrency.Session, error) {
+	lease, err := c.cli.Grant(ctx, int64(c.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("etcd: grant a lease: %w", err)
+	}
+	s, err := concurrency.NewSession(c.cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(c.ttl), concurrency.WithContext(life))
+	if err != nil {
+		return nil, fmt.Errorf("etcd: session: %w", err)
+	}
+	return s, nil
+}
+
+// dropSession forgets s (its lease is gone or being given up).
+func (c *coord) dropSession(s *concurrency.Session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *coord) close() {
+	c.mu.Lock()
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.Orphan()
+		c.cli.Revoke(ctx, s.Lease())
+	}
+}
+
+// ErrLeaseLost is a publish whose key vanished (its etcd lease expired
+// or was revoked) before its name was set: it published nothing.
+var ErrLeaseLost = errors.New("etcd lease expired during the publish")
+
+// beginPublish creates a publish key bound to the session's lease, once
+// no sweep fence exists (waiting for the fence to go).
+func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session) (string, error) {
+	key := fmt.Sprintf("%s%x/%s", c.publishPrefix(), int64(s.Lease()), randomID())
+	for {
+		resp, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(c.fenceKey()), "=", 0)).
+			Then(clientv3.OpPut(key, "", clientv3.WithLease(s.Lease()))).
+			Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			c.dropSession(s)
+			return "", ErrLeaseLost
+		}
+		if err != nil {
+			return "", fmt.Errorf("etcd: begin publish: %w", err)
+		}
+		if resp.Succeeded {
+			return key, nil
+		}
+		// A sweep is fenced: wait for the fence to go (it is short).
+		if err := c.waitGone(ctx, c.fenceKey(), false); err != nil {
+			return "", fmt.Errorf("etcd: wait for the sweep fence: %w", err)
+		}
+	}
+}
+
+// commitName sets the name to the manifest, if the publish key still
+// exists; ErrLeaseLost if not.
+func (c *coord) commitName(ctx context.Context, pubKey, path, manifest string) error {
+	resp, err := c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(pubKey), ">", 0)).
+		Then(clientv3.OpPut(c.namesKey(path), manifest)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: set name %s: %w", path, err)
+	}
+	if !resp.Succeeded {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// waitGone waits until no key exists at key (with prefix: under it).
+func (c *coord) waitGone(ctx context.Context, key string, prefix bool) error {
+	var opts []clientv3.OpOption
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for {
+		resp, err := c.cli.Get(ctx, key, append(opts, clientv3.WithCountOnly())...)
+		if err != nil {
+			return err
+		}
+		if resp.Count == 0 {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		wch := c.cli.Watch(wctx, key, append(opts, clientv3.WithRev(resp.Header.Revision+1))...)
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			gone := false
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					gone = true
+				}
+			}
+			if gone {
+				break
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// names lists the names under prefix with their manifests, at rev (0:
+// now), and the revision read.
+func (c *coord) names(ctx context.Context, prefix string, rev int64) (map[string]string, int64, error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := c.cli.Get(ctx, c.namesPrefix()+prefix, opts...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("etcd: list names: %w", err)
+	}
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key[len(c.namesPrefix()):])] = string(kv.Value)
+	}
+	return out, resp.Header.Revision, nil
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

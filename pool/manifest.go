@@ -1,0 +1,136 @@
+package pool
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Object names inside the pool's prefix. Both kinds are named by the
+// sha256 of their bytes and never overwritten.
+const (
+	packDir     = "packs/"
+	manifestDir = "manifests/"
+)
+
+// Limits on what a manifest may say; a manifest is untrusted bytes (any
+// host, or anyone with write access to the bucket, may have written it).
+const (
+	maxManifestBytes = 64 << 20
+	maxFileSize      = 1 << 46
+	minChunkSize     = 4 << 10
+	maxChunkSize     = 64 << 20
+)
+
+// Manifest is a pool file: its size and, in file order, where each of
+// its chunks lies. Every chunk but the last is ChunkSize long.
+type Manifest struct {
+	Size      int64
+	ChunkSize int64
+	Chunks    []ChunkRef
+}
+
+// ChunkRef is one chunk: its sha256 and the pack object range holding it.
+type ChunkRef struct {
+	Sum  [32]byte
+	Pack string // the pack object's hash, hex
+	Off  int64
+	Len  int64
+}
+
+type manifestJSON struct {
+	V         int         `json:"v"`
+	Size      int64       `json:"size"`
+	ChunkSize int64       `json:"chunk_size"`
+	Chunks    []chunkJSON `json:"chunks"`
+}
+
+type chunkJSON struct {
+	Sum  string `json:"sum"`
+	Pack string `json:"pack"`
+	Off  int64  `json:"off"`
+}
+
+// Encode is the manifest's object bytes and the name they go under.
+func (m *Manifest) Encode() (name string, b []byte, err error) {
+	j := manifestJSON{V: 1, Size: m.Size, ChunkSize: m.ChunkSize, Chunks: make([]chunkJSON, len(m.Chunks))}
+	for i, c := range m.Chunks {
+		j.Chunks[i] = chunkJSON{Sum: hex.EncodeToString(c.Sum[:]), Pack: c.Pack, Off: c.Off}
+	}
+	b, err = json.Marshal(j)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := DecodeManifest(b); err != nil {
+		return "", nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), b, nil
+}
+
+// ChunkLen is the length of chunk i of a file of size bytes.
+func chunkLen(size, chunkSize int64, i int) int64 {
+	return min(chunkSize, size-int64(i)*chunkSize)
+}
+
+// DecodeManifest parses and checks a manifest object's bytes: it must
+// describe exactly the chunks its size needs, with sane ranges.
+func DecodeManifest(b []byte) (*Manifest, error) {
+	if len(b) > maxManifestBytes {
+		return nil, fmt.Errorf("manifest of %d bytes: over the limit of %d", len(b), maxManifestBytes)
+	}
+	var j manifestJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if j.V != 1 {
+		return nil, fmt.Errorf("manifest version %d: this kvfs reads version 1", j.V)
+	}
+	if j.ChunkSize < minChunkSize || j.ChunkSize > maxChunkSize {
+		return nil, fmt.Errorf("manifest chunk size %d: want %d to %d", j.ChunkSize, minChunkSize, maxChunkSize)
+	}
+	if j.Size < 0 || j.Size > maxFileSize {
+		return nil, fmt.Errorf("manifest size %d: want 0 to %d", j.Size, int64(maxFileSize))
+	}
+	want := (j.Size + j.ChunkSize - 1) / j.ChunkSize
+	if int64(len(j.Chunks)) != want {
+		return nil, fmt.Errorf("manifest of %d bytes lists %d chunks of %d, want %d", j.Size, len(j.Chunks), j.ChunkSize, want)
+	}
+	m := &Manifest{Size: j.Size, ChunkSize: j.ChunkSize, Chunks: make([]ChunkRef, len(j.Chunks))}
+	for i, c := range j.Chunks {
+		sum, err := hex.DecodeString(c.Sum)
+		if err != nil || len(sum) != 32 {
+			return nil, fmt.Errorf("manifest chunk %d: sum %q is not a sha256", i, c.Sum)
+		}
+		if !isHash(c.Pack) {
+			return nil, fmt.Errorf("manifest chunk %d: pack %q is not a sha256", i, c.Pack)
+		}
+		n := chunkLen(j.Size, j.ChunkSize, i)
+		if c.Off < 0 || c.Off > math.MaxInt64-n {
+			return nil, fmt.Errorf("manifest chunk %d: offset %d out of range", i, c.Off)
+		}
+		m.Chunks[i] = ChunkRef{Pack: c.Pack, Off: c.Off, Len: n}
+		copy(m.Chunks[i].Sum[:], sum)
+	}
+	return m, nil
+}
+
+// isHash reports whether s is a sha256 in lower-case hex, as object names
+// are.
+func isHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// errCorrupt marks bytes that do not hash to their name.
+var errCorrupt = errors.New("bytes do not match their sha256")

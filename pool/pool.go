@@ -1,0 +1,152 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Config says how a host joins a pool.
+type Config struct {
+	S3 S3Config
+	// Etcd lists etcd's client endpoints (HOST:PORT).
+	Etcd []string
+	// CacheDir holds this host's local chunk cache; CacheBytes bounds it
+	// (0: 1 GiB). An empty CacheDir keeps no cache.
+	CacheDir   string
+	CacheBytes int64
+	// ChunkSize is the size of the chunks files are cut into (0: 1 MiB).
+	ChunkSize int64
+	// PackBytes is the size at which a publish closes a pack object (0:
+	// 32 MiB).
+	PackBytes int64
+	// LeaseTTL is the etcd session's TTL (0: 10 s): how long a host that
+	// stopped keeps its publishes from being collected.
+	LeaseTTL time.Duration
+	// OpTimeout bounds each call to S3 or etcd (0: 30 s), so that a
+	// service that does not answer turns into an error, not a hang.
+	OpTimeout time.Duration
+	Logger    *slog.Logger
+}
+
+// Pool is one host's handle on a shared pool. Its methods are safe for
+// concurrent use.
+type Pool struct {
+	objs      Objects
+	coord     *coord
+	cache     *Cache
+	chunkSize int64
+	packBytes int64
+	opTimeout time.Duration
+	log       *slog.Logger
+
+	mu        sync.Mutex
+	known     map[[32]byte]loc     // chunks this host believes are in the pool
+	manifests map[string]*Manifest // manifests read, by hash (immutable)
+}
+
+// loc is where a chunk lies.
+type loc struct {
+	pack     string
+	off, len int64
+}
+
+// Open joins the pool that cfg describes.
+func Open(ctx context.Context, cfg Config) (*Pool, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = 1 << 20
+	}
+	if cfg.ChunkSize < minChunkSize || cfg.ChunkSize > maxChunkSize {
+		return nil, fmt.Errorf("pool: chunk size %d: want %d to %d", cfg.ChunkSize, minChunkSize, maxChunkSize)
+	}
+	if cfg.PackBytes == 0 {
+		cfg.PackBytes = 32 << 20
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = 30 * time.Second
+	}
+	if len(cfg.Etcd) == 0 {
+		return nil, fmt.Errorf("pool %s: no etcd endpoints (--etcd HOST:PORT)", cfg.S3.Pool)
+	}
+	octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	defer cancel()
+	objs, err := OpenS3(octx, cfg.S3)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", cfg.S3.Pool, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Etcd,
+		DialTimeout: cfg.OpTimeout,
+		Logger:      zap.NewNop(),
+		Context:     context.WithoutCancel(ctx),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: etcd %v: %w", cfg.S3.Pool, cfg.Etcd, err)
+	}
+	// One call that must answer, so that a wrong endpoint fails here.
+	if _, err := cli.Get(octx, "kvfs-ping"); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("pool %s: etcd %v does not answer: %w", cfg.S3.Pool, cfg.Etcd, err)
+	}
+	bucket, prefix, _ := ParsePool(cfg.S3.Pool)
+	p := &Pool{
+		objs:      objs,
+		coord:     &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix, ttl: max(1, int(cfg.LeaseTTL/time.Second))},
+		chunkSize: cfg.ChunkSize,
+		packBytes: cfg.PackBytes,
+		opTimeout: cfg.OpTimeout,
+		log:       cfg.Logger,
+		known:     map[[32]byte]loc{},
+		manifests: map[string]*Manifest{},
+	}
+	if cfg.CacheDir != "" {
+		if cfg.CacheBytes == 0 {
+			cfg.CacheBytes = 1 << 30
+		}
+		if p.cache, err = OpenCache(cfg.CacheDir, cfg.CacheBytes); err != nil {
+			cli.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Close gives up this host's etcd session (its in-flight publishes end
+// with it) and closes the clients.
+func (p *Pool) Close() error {
+	p.coord.close()
+	return p.coord.cli.Close()
+}
+
+// op is a context for one call to a service, bounded by OpTimeout.
+func (p *Pool) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.opTimeout)
+}
+
+// Stats are a host's figures for the pool.
+type Stats struct {
+	KnownChunks int
+	Cache       CacheStats
+}
+
+// Stats reports this host's pool and cache figures.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	st := Stats{KnownChunks: len(p.known)}
+	p.mu.Unlock()
+	if p.cache != nil {
+		st.Cache = p.cache.Stats()
+	}
+	return st
+}

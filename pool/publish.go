@@ -1,0 +1,328 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Publish stores size bytes read from r as the pool file path, following
+// the protocol in doc.go: a publish key first, then the objects (new
+// chunks in pack objects, reused ones verified), then the name, in a
+// transaction that requires the publish key. Chunks this host knows to be
+// in the pool are not uploaded again. A publish whose lease expired
+// starts over (r is read again), at most three times.
+func (p *Pool) Publish(ctx context.Context, path string, r io.ReaderAt, size int64) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	if size < 0 || size > maxFileSize {
+		return fmt.Errorf("publish %s: size %d out of range", path, size)
+	}
+	var err error
+	for range 3 {
+		if err = p.publishOnce(ctx, path, r, size); !errors.Is(err, ErrLeaseLost) {
+			break
+		}
+		p.log.Warn("pool: publish lost its etcd lease; starting over", "path", path)
+	}
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", path, p.explain(ctx, err))
+	}
+	return nil
+}
+
+// explain adds to an error of a call that ran out of time that the
+// service did not answer: the usual cause is a service that is down.
+func (p *Pool) explain(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("%w (no answer within %v: is the service up and reachable?)", err, p.opTimeout)
+	}
+	return err
+}
+
+// checkPath refuses names that cannot be pool paths.
+func checkPath(path string) error {
+	if path == "" || strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") || strings.Contains(path, "//") ||
+		strings.ContainsRune(path, 0) {
+		return fmt.Errorf("pool path %q: want a relative path without empty parts", path)
+	}
+	for _, part := range strings.Split(path, "/") {
+		if part == "." || part == ".." {
+			return fmt.Errorf("pool path %q: no . or .. parts", path)
+		}
+	}
+	return nil
+}
+
+// publishing is one attempt's state: the pack being filled and what this
+// attempt uploaded or verified (only that counts: see doc.go).
+type publishing struct {
+	p        *Pool
+	pack     bytes.Buffer
+	packRefs []int // indexes into m.Chunks of the chunks in pack
+	m        Manifest
+	verified map[string]bool  // packs uploaded or found during this attempt
+	fresh    map[[32]byte]loc // chunks uploaded during this attempt
+	pending  map[[32]byte]int // chunk in the open pack → its first ref
+}
+
+func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64) error {
+	octx, cancel := p.op(ctx)
+	sess, err := p.coord.session(octx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	octx, cancel = p.op(ctx)
+	key, err := p.coord.beginPublish(octx, sess)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := p.op(context.WithoutCancel(ctx))
+		defer cancel()
+		p.coord.cli.Delete(dctx, key)
+	}()
+
+	p.learnNames(ctx)
+	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize},
+		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
+	buf := make([]byte, p.chunkSize)
+	for off := int64(0); off < size; off += p.chunkSize {
+		select {
+		case <-sess.Done():
+			p.coord.dropSession(sess)
+			return ErrLeaseLost
+		default:
+		}
+		n := min(p.chunkSize, size-off)
+		if _, err := r.ReadAt(buf[:n], off); err != nil && !(errors.Is(err, io.EOF) && n > 0) {
+			return fmt.Errorf("read at %d: %w", off, err)
+		}
+		if err := w.add(ctx, buf[:n]); err != nil {
+			return err
+		}
+	}
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	name, b, err := w.m.Encode()
+	if err != nil {
+		return err
+	}
+	octx, cancel = p.op(ctx)
+	err = p.objs.Put(octx, manifestDir+name, bytes.NewReader(b), int64(len(b)))
+	cancel()
+	if err != nil {
+		return err
+	}
+	octx, cancel = p.op(ctx)
+	err = p.coord.commitName(octx, key, path, name)
+	cancel()
+	if errors.Is(err, ErrLeaseLost) {
+		p.coord.dropSession(sess)
+	}
+	if err != nil {
+		return err
+	}
+	p.learn(name, &w.m)
+	return nil
+}
+
+// add appends one chunk to the manifest: a reference to a copy the pool
+// holds (verified during this attempt), or new bytes in the open pack.
+func (w *publishing) add(ctx context.Context, b []byte) error {
+	sum := sha256.Sum256(b)
+	ref := ChunkRef{Sum: sum, Len: int64(len(b))}
+	if l, ok := w.fresh[sum]; ok {
+		ref.Pack, ref.Off = l.pack, l.off
+		w.m.Chunks = append(w.m.Chunks, ref)
+		return nil
+	}
+	if i, ok := w.pending[sum]; ok {
+		ref.Off = w.m.Chunks[i].Off
+		w.packRefs = append(w.packRefs, len(w.m.Chunks))
+		w.m.Chunks = append(w.m.Chunks, ref)
+		return nil
+	}
+	w.p.mu.Lock()
+	l, known := w.p.known[sum]
+	w.p.mu.Unlock()
+	if known {
+		ok, err := w.verify(ctx, l.pack)
+		if err != nil {
+			return err
+		}
+		if ok {
+			ref.Pack, ref.Off = l.pack, l.off
+			w.m.Chunks = append(w.m.Chunks, ref)
+			return nil
+		}
+	}
+	ref.Off = int64(w.pack.Len())
+	w.pending[sum] = len(w.m.Chunks)
+	w.packRefs = append(w.packRefs, len(w.m.Chunks))
+	w.m.Chunks = append(w.m.Chunks, ref)
+	w.pack.Write(b)
+	if int64(w.pack.Len()) >= w.p.packBytes {
+		return w.flush(ctx)
+	}
+	return nil
+}
+
+// verify reports whether a pack object this host knew of is still in
+// the pool, asking S3 once per attempt. A pack gone is forgotten.
+func (w *publishing) verify(ctx context.Context, pack string) (bool, error) {
+	if ok, seen := w.verified[pack]; seen {
+		return ok, nil
+	}
+	octx, cancel := w.p.op(ctx)
+	_, err := w.p.objs.Stat(octx, packDir+pack)
+	cancel()
+	switch {
+	case err == nil:
+		w.verified[pack] = true
+		return true, nil
+	case errors.Is(err, ErrNoObject):
+		w.verified[pack] = false
+		w.p.forgetPack(pack)
+		return false, nil
+	}
+	return false, err
+}
+
+// flush uploads the open pack, if it holds anything.
+func (w *publishing) flush(ctx context.Context) error {
+	if w.pack.Len() == 0 {
+		return nil
+	}
+	sum := sha256.Sum256(w.pack.Bytes())
+	name := hex.EncodeToString(sum[:])
+	octx, cancel := w.p.op(ctx)
+	err := w.p.objs.Put(octx, packDir+name, bytes.NewReader(w.pack.Bytes()), int64(w.pack.Len()))
+	cancel()
+	if err != nil {
+		return err
+	}
+	for _, i := range w.packRefs {
+		c := &w.m.Chunks[i]
+		c.Pack = name
+		w.fresh[c.Sum] = loc{pack: name, off: c.Off, len: c.Len}
+	}
+	w.verified[name] = true
+	w.pack.Reset()
+	w.packRefs = w.packRefs[:0]
+	clear(w.pending)
+	return nil
+}
+
+// learn records the chunks of a manifest this host published or read.
+func (p *Pool) learn(name string, m *Manifest) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.manifests[name] = m
+	for _, c := range m.Chunks {
+		p.known[c.Sum] = loc{pack: c.Pack, off: c.Off, len: c.Len}
+	}
+}
+
+// learnNames reads the manifests of names this host has not seen, so
+// that it reuses chunks other hosts published (a prefix series written
+// through several hosts stores each chunk once). What it learns is only a
+// hint: a publish verifies every pack it reuses. Failures only cost
+// dedup, and are logged.
+func (p *Pool) learnNames(ctx context.Context) {
+	octx, cancel := p.op(ctx)
+	names, _, err := p.coord.names(octx, "", 0)
+	cancel()
+	if err != nil {
+		p.log.Warn("pool: names not read for dedup", "err", err)
+		return
+	}
+	for _, name := range names {
+		p.mu.Lock()
+		_, seen := p.manifests[name]
+		p.mu.Unlock()
+		if seen {
+			continue
+		}
+		if m, err := p.manifest(ctx, name); err == nil {
+			p.learn(name, m)
+		}
+	}
+}
+
+// forgetPack drops what this host knew of a pack that is gone.
+func (p *Pool) forgetPack(pack string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for sum, l := range p.known {
+		if l.pack == pack {
+			delete(p.known, sum)
+		}
+	}
+}
+
+// Remove removes a pool file's name; its objects go at the next
+// collection that finds no other name reaching them.
+func (p *Pool) Remove(ctx context.Context, path string) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	resp, err := p.coord.cli.Delete(octx, p.coord.namesKey(path))
+	if err != nil {
+		return fmt.Errorf("remove %s: etcd: %w", path, err)
+	}
+	if resp.Deleted == 0 {
+		return fmt.Errorf("remove %s: %w", path, fs.ErrNotExist)
+	}
+	return nil
+}
+
+// Rename moves a pool file's name, replacing what the new name was, in
+// one etcd transaction (the manifest it points to is reachable from one of
+// the two names at every moment, so a collection marks it either way).
+func (p *Pool) Rename(ctx context.Context, from, to string) error {
+	if err := checkPath(from); err != nil {
+		return err
+	}
+	if err := checkPath(to); err != nil {
+		return err
+	}
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(from))
+	if err != nil {
+		return fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("rename %s: %w", from, fs.ErrNotExist)
+	}
+	kv := resp.Kvs[0]
+	if from == to {
+		return nil
+	}
+	tx, err := p.coord.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))
+	}
+	if !tx.Succeeded {
+		return fmt.Errorf("rename %s to %s: it changed meanwhile: %w", from, to, fs.ErrExist)
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+	"sync"
+	"syscall"
+)
+
+// File is a pool file opened for reading: its manifest, resolved once.
+// Chunks are fetched as they are read (from the local cache, or with a
+// ranged GET of their pack) and each is checked against its sha256. A
+// chunk that is missing or does not match is an EIO for that read, never
+// wrong bytes.
+type File struct {
+	p    *Pool
+	path string
+	m    *Manifest
+
+	mu   sync.Mutex // guards last
+	last struct {
+		i    int
+		data []byte // nil: none
+	}
+}
+
+// Size is the file's length.
+func (f *File) Size() int64 { return f.m.Size }
+
+// Open resolves a pool file: its name in etcd, its manifest object
+// (checked against its hash), and the presence of its pack objects. A
+// name that is missing, or whose objects are, is fs.ErrNotExist.
+func (p *Pool) Open(ctx context.Context, path string) (*File, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("open %s: etcd: %w", path, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("open %s: %w", path, fs.ErrNotExist)
+	}
+	name := string(resp.Kvs[0].Value)
+	m, err := p.manifest(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
+	}
+	packs := map[string]bool{}
+	for _, c := range m.Chunks {
+		packs[c.Pack] = true
+	}
+	for pack := range packs {
+		octx, cancel := p.op(ctx)
+		_, err := p.objs.Stat(octx, packDir+pack)
+		cancel()
+		if errors.Is(err, ErrNoObject) {
+			p.forgetPack(pack)
+			return nil, fmt.Errorf("open %s: pack %s is missing from the pool: %w", path, pack, fs.ErrNotExist)
+		}
+		if err != nil && !p.allCached(m, pack) {
+			return nil, fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
+		}
+	}
+	p.learn(name, m)
+	return &File{p: p, path: path, m: m}, nil
+}
+
+// allCached reports whether every chunk of m in pack is in the local
+// cache: then the file can be opened while S3 does not answer.
+func (p *Pool) allCached(m *Manifest, pack string) bool {
+	if p.cache == nil {
+		return false
+	}
+	for _, c := range m.Chunks {
+		if c.Pack == pack {
+			if _, ok := p.cache.Get(c.Sum); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// manifest reads and checks a manifest object.
+func (p *Pool) manifest(ctx context.Context, name string) (*Manifest, error) {
+	p.mu.Lock()
+	m, ok := p.manifests[name]
+	p.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	if !isHash(name) {
+		return nil, fmt.Errorf("name points to %q, not a manifest hash: %w", name, syscall.EIO)
+	}
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	st, err := p.objs.Stat(octx, manifestDir+name)
+	if errors.Is(err, ErrNoObject) {
+		return nil, fmt.Errorf("manifest %s is missing from the pool: %w", name, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Size > maxManifestBytes {
+		return nil, fmt.Errorf("manifest %s: %d bytes, over the limit: %w", name, st.Size, syscall.EIO)
+	}
+	b, err := p.objs.ReadRange(octx, manifestDir+name, 0, st.Size)
+	if errors.Is(err, ErrNoObject) {
+		return nil, fmt.Errorf("manifest %s is missing from the pool: %w", name, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != name {
+		return nil, fmt.Errorf("manifest %s: %w: %w", name, errCorrupt, syscall.EIO)
+	}
+	m, err = DecodeManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w: %w", name, err, syscall.EIO)
+	}
+	return m, nil
+}
+
+// ReadAt reads len(b) bytes at off; at the end of the file it returns
+// what there is and io.EOF.
+func (f *File) ReadAt(b []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), b, off)
+}
+
+// ReadAtContext is ReadAt with a context.
+func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s: negative offset %d", f.path, off)
+	}
+	cs := f.m.ChunkSize
+	end := min(off+int64(len(b)), f.m.Size)
+	if off >= end {
+		if len(b) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	first, last := int(off/cs), int((end-1)/cs)
+	chunks := make([][]byte, last-first+1)
+	if err := f.fetch(ctx, first, chunks); err != nil {
+		return 0, fmt.Errorf("read %s at %d: %w", f.path, off, err)
+	}
+	n := 0
+	for k, data := range chunks {
+		from := int64(0)
+		if k == 0 {
+			from = off - int64(first)*cs
+		}
+		n += copy(b[n:], data[from:])
+	}
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readers is how many chunks one read fetches at once.
+const readers = 8
+
+// fetch fills out with chunks first, first+1, ...: the one the file read
+// last from memory (reads smaller than a chunk come in runs), the others
+// from the cache or the pool, up to readers at a time.
+func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
+	f.mu.Lock()
+	if f.last.data != nil && f.last.i >= first && f.last.i < first+len(out) {
+		out[f.last.i-first] = f.last.data
+	}
+	f.mu.Unlock()
+	errs := make([]error, len(out))
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for k := range out {
+		if out[k] != nil {
+			continue
+		}
+		if len(out) == 1 {
+			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.last.i, f.last.data = first+len(out)-1, out[len(out)-1]
+	f.mu.Unlock()
+	return nil
+}
+
+// chunk returns a chunk's bytes, checked against its sha256.
+func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
+	if p.cache != nil {
+		if b, ok := p.cache.Get(c.Sum); ok {
+			return b, nil
+		}
+	}
+	octx, cancel := p.op(ctx)
+	b, err := p.objs.ReadRange(octx, packDir+c.Pack, c.Off, c.Len)
+	cancel()
+	if errors.Is(err, ErrNoObject) {
+		p.forgetPack(c.Pack)
+		return nil, fmt.Errorf("chunk %x: pack %s is missing from the pool: %w", c.Sum, c.Pack, syscall.EIO)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chunk %x: %w: %w", c.Sum, p.explain(ctx, err), syscall.EIO)
+	}
+	if sha256.Sum256(b) != c.Sum {
+		return nil, fmt.Errorf("chunk %x in pack %s at %d: %w: %w", c.Sum, c.Pack, c.Off, errCorrupt, syscall.EIO)
+	}
+	if p.cache != nil {
+		if err := p.cache.Add(c.Sum, b); err != nil {
+			p.log.Warn("pool: chunk not cached", "err", err)
+		}
+	}
+	return b, nil
+}
+
+// List returns the pool's file names under prefix, sorted.
+func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	names, _, err := p.coord.names(octx, prefix, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(names))
+	for n := range names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Stat returns a pool file's size: its manifest, read once per manifest
+// (they are immutable), without checking that its packs exist (Open does).
+func (p *Pool) Stat(ctx context.Context, path string) (int64, error) {
+	if err := checkPath(path); err != nil {
+		return 0, err
+	}
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: etcd: %w", path, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, fmt.Errorf("stat %s: %w", path, fs.ErrNotExist)
+	}
+	m, err := p.manifest(ctx, string(resp.Kvs[0].Value))
+	if err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, p.explain(ctx, err))
+	}
+	return m.Size, nil
+}

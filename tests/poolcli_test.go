@@ -1,0 +1,183 @@
+//go:build linux
+
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// poolEnv starts etcd and an S3 server with scripts/services, as the
+// README tells users to, and returns the environment it printed (stopped
+// at cleanup).
+func poolEnv(t *testing.T) []string {
+	env, _ := poolServices(t)
+	return env
+}
+
+// poolServices is poolEnv, and the services' directory.
+func poolServices(t *testing.T) ([]string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	script, err := filepath.Abs("../scripts/services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(script, "start")
+	cmd.Env = append(os.Environ(), "KVFS_SERVICES_DIR="+dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scripts/services start: %v\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() {
+		stop := exec.Command(script, "stop")
+		stop.Env = append(os.Environ(), "KVFS_SERVICES_DIR="+dir)
+		if out, err := stop.CombinedOutput(); err != nil {
+			t.Errorf("scripts/services stop: %v\n%s", err, out)
+		}
+	})
+	var env []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if kv, ok := strings.CutPrefix(sc.Text(), "export "); ok {
+			env = append(env, kv)
+		}
+	}
+	if len(env) != 6 {
+		t.Fatalf("scripts/services start printed %d export lines, want 6:\n%s", len(env), out)
+	}
+	return env, dir
+}
+
+// poolKvfs runs kvfs with env (on top of this process's, less AWS_* and
+// KVFS_*), and returns its exit code, standard output and standard error.
+func poolKvfs(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(kvfsBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "KVFS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// TestPoolCommands: the README's pool walk-through. scripts/services
+// starts the servers; kvfs pool put through one host (its own cache),
+// ls, get through another (its own cache) byte-identical, get to standard
+// output, rm, and kvfs gc --pool reclaim; credentials from a file; the
+// errors name what is wrong.
+func TestPoolCommands(t *testing.T) {
+	env := poolEnv(t)
+	dir := t.TempDir()
+	data := make([]byte, 2_500_003)
+	rand.Read(data)
+	src := filepath.Join(dir, "snap.mlxkv")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := poolKvfs(t, env, args...)
+		if code != 0 {
+			t.Fatalf("kvfs %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	ok("pool", "--cache", filepath.Join(dir, "cacheA"), "put", src, "models/llama/a b.mlxkv")
+	if out := ok("pool", "ls", "models/"); out != "models/llama/a b.mlxkv\n" {
+		t.Fatalf("pool ls: %q", out)
+	}
+	dst := filepath.Join(dir, "copy")
+	ok("pool", "--cache", filepath.Join(dir, "cacheB"), "get", "models/llama/a b.mlxkv", dst)
+	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("pool get: %v (equal: %v)", err, bytes.Equal(got, data))
+	}
+	if out := ok("pool", "get", "models/llama/a b.mlxkv", "-"); out != string(data) {
+		t.Fatal("pool get to standard output differs")
+	}
+	if out := ok("pool", "--cache", filepath.Join(dir, "cacheB"), "stats"); !strings.Contains(out, "cache:") {
+		t.Fatalf("pool stats: %q", out)
+	}
+
+	// Credentials from a file, with none in the environment.
+	var creds, rest []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "AWS_") {
+			creds = append(creds, "export "+kv)
+		} else {
+			rest = append(rest, kv)
+		}
+	}
+	credFile := filepath.Join(dir, "creds")
+	os.WriteFile(credFile, []byte(strings.Join(creds, "\n")+"\n"), 0o600)
+	if code, out, errOut := poolKvfs(t, rest, "pool", "--credentials", credFile, "ls"); code != 0 || !strings.Contains(out, "a b.mlxkv") {
+		t.Fatalf("pool ls with a credentials file: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := poolKvfs(t, rest, "pool", "ls"); code != 1 || !strings.Contains(errOut, "no credentials") {
+		t.Fatalf("pool ls without credentials: exit %d, %q", code, errOut)
+	}
+	os.WriteFile(credFile, []byte("nothing here\n"), 0o600)
+	if code, _, errOut := poolKvfs(t, rest, "pool", "--credentials", credFile, "ls"); code != 1 || !strings.Contains(errOut, credFile) {
+		t.Fatalf("pool ls with an empty credentials file: exit %d, %q", code, errOut)
+	}
+
+	// Errors.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"pool", "get", "nope", "-"}, 1, "open nope: file does not exist"},
+		{[]string{"pool", "rm", "nope"}, 1, "remove nope: file does not exist"},
+		{[]string{"pool", "put", dir, "x"}, 1, "not a regular file"},
+		{[]string{"pool", "put", src, "../x"}, 1, "no . or .. parts"},
+		{[]string{"pool", "frob"}, 2, "unknown pool command"},
+		{[]string{"pool", "--etcd", "", "ls"}, 2, "--etcd"},
+		{[]string{"pool", "--endpoint", "ftp://x", "ls"}, 1, "want http://HOST:PORT"},
+		{[]string{"gc", "--pool", "s3://kvfs/pool", "somestore"}, 2, "no STORE"},
+	} {
+		code, _, errOut := poolKvfs(t, env, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("kvfs %s: exit %d, want %d with %q\n%s", strings.Join(c.args, " "), code, c.code, c.want, errOut)
+		}
+	}
+
+	// rm, then collect: the dry run deletes nothing, the collection
+	// deletes the file's two objects (its manifest, and one pack: the
+	// file is smaller than a pack).
+	ok("pool", "rm", "models/llama/a b.mlxkv")
+	pool := ""
+	for _, kv := range env {
+		if v, found := strings.CutPrefix(kv, "KVFS_POOL="); found {
+			pool = v
+		}
+	}
+	if out := ok("gc", "--pool", pool, "--grace", "1ns", "--dry-run"); !strings.Contains(out, "would delete 2 objects") {
+		t.Fatalf("gc --pool --dry-run: %q", out)
+	}
+	if out := ok("gc", "--pool", pool, "--grace", "1ns"); !strings.Contains(out, "deleted 2 objects") {
+		t.Fatalf("gc --pool: %q", out)
+	}
+	if out := ok("gc", "--pool", pool, "--grace", "1ns"); !strings.Contains(out, "deleted 0 objects") {
+		t.Fatalf("second gc --pool: %q", out)
+	}
+}
