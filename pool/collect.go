@@ -118,6 +118,12 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 		var victims []ObjectInfo
 		lctx, cancel := context.WithTimeout(ctx, 10*p.opTimeout)
 		err := p.objs.List(lctx, dir, func(o ObjectInfo) error {
+			// Only this pool's own objects: DIR/<sha256>. Anything else
+			// under the prefix (another pool nested in this one, a
+			// user's file) is never this collector's to delete.
+			if rest, ok := strings.CutPrefix(o.Name, dir); !ok || !isHash(rest) {
+				return nil
+			}
 			if live[o.Name] {
 				return nil
 			}
@@ -134,11 +140,15 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 		}
 		for _, o := range victims {
 			if !opts.DryRun {
-				if err := alive(ctx); err != nil {
+				deadline, err := alive(ctx)
+				if err != nil {
 					return st, err
 				}
-				octx, cancel := p.op(ctx)
-				err := p.objs.Delete(octx, o.Name)
+				// The delete must be over while the lease surely lives: a
+				// stalled DELETE landing after the fence went could remove
+				// what a new publish just verified.
+				octx, cancel := context.WithDeadline(ctx, deadline)
+				err = p.objs.Delete(octx, o.Name)
 				cancel()
 				if err != nil {
 					return st, fmt.Errorf("collect: %w", err)
@@ -190,29 +200,40 @@ func (p *Pool) mark(ctx context.Context, live map[string]bool, st *CollectStats)
 }
 
 // leaseCheck returns a check that fails once the collector's lease is
-// gone or has less than half its TTL left: a collector must stop deleting
-// well before a lease it lost lets a publish start (doc.go).
-func leaseCheck(p *Pool, sess *concurrency.Session) func(context.Context) error {
-	var checked time.Time
-	return func(ctx context.Context) error {
+// gone or has less than half its TTL left, and otherwise returns when the
+// next delete must be over: half the TTL left at the last check, counted
+// from when that check was sent, and within OpTimeout. A collector must
+// stop deleting well before a lease it lost lets a publish start (doc.go).
+func leaseCheck(p *Pool, sess *concurrency.Session) func(context.Context) (time.Time, error) {
+	var sent time.Time
+	var left time.Duration
+	ttl := time.Duration(p.coord.ttl) * time.Second
+	return func(ctx context.Context) (time.Time, error) {
 		select {
 		case <-sess.Done():
-			return fmt.Errorf("collect: etcd lease lost; stopped deleting")
+			return time.Time{}, fmt.Errorf("collect: etcd lease lost; stopped deleting")
 		default:
 		}
-		if time.Since(checked) < 500*time.Millisecond {
-			return nil
+		if time.Since(sent) >= min(500*time.Millisecond, ttl/4) {
+			now := time.Now()
+			octx, cancel := p.op(ctx)
+			resp, err := p.coord.cli.TimeToLive(octx, sess.Lease())
+			cancel()
+			if err != nil {
+				return time.Time{}, fmt.Errorf("collect: etcd lease check: %w; stopped deleting", err)
+			}
+			if resp.TTL*2 < int64(p.coord.ttl) {
+				return time.Time{}, fmt.Errorf("collect: etcd lease has %d s left of %d; stopped deleting", resp.TTL, p.coord.ttl)
+			}
+			sent, left = now, time.Duration(resp.TTL)*time.Second
 		}
-		octx, cancel := p.op(ctx)
-		resp, err := p.coord.cli.TimeToLive(octx, sess.Lease())
-		cancel()
-		if err != nil {
-			return fmt.Errorf("collect: etcd lease check: %w; stopped deleting", err)
+		deadline := sent.Add(left / 2)
+		if d := time.Now().Add(p.opTimeout); d.Before(deadline) {
+			deadline = d
 		}
-		if resp.TTL*2 < int64(p.coord.ttl) {
-			return fmt.Errorf("collect: etcd lease has %d s left of %d; stopped deleting", resp.TTL, p.coord.ttl)
+		if !time.Now().Before(deadline) {
+			return time.Time{}, fmt.Errorf("collect: no time left on the etcd lease to delete safely; stopped deleting")
 		}
-		checked = time.Now()
-		return nil
+		return deadline, nil
 	}
 }

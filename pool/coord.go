@@ -14,7 +14,9 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-// coord is the pool's state in etcd, under one key prefix per pool:
+// coord is the pool's state in etcd, under one key prefix per pool,
+// PFX = kvfs/BUCKET/PREFIX#/ ('#' cannot occur in PREFIX, so that no
+// pool's keys lie under another's):
 //
 //	PFX/names/<path>          → the file's manifest hash: the only roots
 //	PFX/publish/<lease>/<id>  → an in-flight publish, bound to its lease
@@ -98,15 +100,24 @@ func (c *coord) close() {
 // or was revoked) before its name was set: it published nothing.
 var ErrLeaseLost = errors.New("etcd lease expired during the publish")
 
+// fenceWait bounds how long a publish waits for a collection's fence.
+const fenceWait = 10 * time.Minute
+
 // beginPublish creates a publish key bound to the session's lease, once
 // no sweep fence exists (waiting for the fence to go).
-func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session) (string, error) {
+//
+// Each call to etcd is bounded by opTimeout; the wait for a fence by
+// fenceWait (a collection fences publishes while it sweeps, which can take
+// far longer than one call).
+func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session, opTimeout time.Duration) (string, error) {
 	key := fmt.Sprintf("%s%x/%s", c.publishPrefix(), int64(s.Lease()), randomID())
 	for {
-		resp, err := c.cli.Txn(ctx).
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		resp, err := c.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.CreateRevision(c.fenceKey()), "=", 0)).
 			Then(clientv3.OpPut(key, "", clientv3.WithLease(s.Lease()))).
 			Commit()
+		cancel()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			c.dropSession(s)
 			return "", ErrLeaseLost
@@ -117,9 +128,13 @@ func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session) (strin
 		if resp.Succeeded {
 			return key, nil
 		}
-		// A sweep is fenced: wait for the fence to go (it is short).
-		if err := c.waitGone(ctx, c.fenceKey(), false); err != nil {
-			return "", fmt.Errorf("etcd: wait for the sweep fence: %w", err)
+		// A sweep is fenced: wait for the fence to go. It goes when the
+		// sweep ends, or with the collector's lease.
+		wctx, cancel := context.WithTimeout(ctx, fenceWait)
+		err = c.waitGone(wctx, c.fenceKey(), false)
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("etcd: wait for the sweep fence (a collection is running): %w", err)
 		}
 	}
 }

@@ -25,7 +25,7 @@
 // chunk's sha256 with its pack object and offset, so that any host reads
 // any file with ranged GETs and checks every chunk. Objects are never
 // overwritten: a name is its content's hash. etcd holds, under
-// kvfs/BUCKET/PREFIX/, names/<path> → manifest hash, the only roots, and
+// kvfs/BUCKET/PREFIX#/, names/<path> → manifest hash, the only roots, and
 // the publish keys, the sweep fence and the collectors' lock (coord.go).
 //
 // # Reading

@@ -102,7 +102,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 	bucket, prefix, _ := ParsePool(cfg.S3.Pool)
 	p := &Pool{
 		objs:      objs,
-		coord:     &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix, ttl: max(1, int(cfg.LeaseTTL/time.Second))},
+		coord:     &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix + "#/", ttl: max(1, int(cfg.LeaseTTL/time.Second))},
 		chunkSize: cfg.ChunkSize,
 		packBytes: cfg.PackBytes,
 		opTimeout: cfg.OpTimeout,

@@ -210,6 +210,18 @@ func TestTwoHostsShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFile(t, b, "empty", nil, 1)
+	// A source shorter than the size given (a file that shrank while it
+	// was published) fails the publish and sets no name: its chunk would
+	// otherwise carry stale bytes of the chunk before.
+	if err := a.Publish(ctx, "short", bytes.NewReader(data[:200_000]), 300_000); err == nil || !strings.Contains(err.Error(), "shorter") {
+		t.Fatalf("publish of a short source: %v", err)
+	}
+	if _, err := b.Open(ctx, "short"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed publish left a name: %v", err)
+	}
+	if _, _, err := pool.ParsePool("s3://b/a#b"); err == nil {
+		t.Fatal("a pool prefix with '#' was accepted")
+	}
 	for _, bad := range []string{"", "/abs", "a//b", "a/../b", "dir/", "nul\x00"} {
 		if err := a.Publish(ctx, bad, bytes.NewReader(nil), 0); err == nil {
 			t.Fatalf("publish %q succeeded", bad)
@@ -287,6 +299,25 @@ func TestCollect(t *testing.T) {
 	if err := a.Remove(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
+	// Objects under the prefix that are not this pool's (another pool
+	// nested in it, a stray file): never collected.
+	foreign := []string{
+		filepath.Join(s.dir, "s3", "kvfs", "pool", "packs", "packs", strings.Repeat("ab", 32)),
+		filepath.Join(s.dir, "s3", "kvfs", "pool", "manifests", "notahash"),
+	}
+	for _, f := range foreign {
+		os.MkdirAll(filepath.Dir(f), 0o755)
+		if err := os.WriteFile(f, []byte("not mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, f := range foreign {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("a foreign object was collected: %v", err)
+			}
+		}
+	})
 	if err := a.Remove(ctx, "x"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("second remove: %v, want ENOENT", err)
 	}

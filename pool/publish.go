@@ -82,9 +82,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	if err != nil {
 		return err
 	}
-	octx, cancel = p.op(ctx)
-	key, err := p.coord.beginPublish(octx, sess)
-	cancel()
+	key, err := p.coord.beginPublish(ctx, sess, p.opTimeout)
 	if err != nil {
 		return err
 	}
@@ -106,7 +104,13 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		default:
 		}
 		n := min(p.chunkSize, size-off)
-		if _, err := r.ReadAt(buf[:n], off); err != nil && !(errors.Is(err, io.EOF) && n > 0) {
+		// A short read (the source shrank since its size was taken)
+		// fails the publish: the rest of buf holds the last chunk's
+		// bytes, which must never be published under this chunk's hash.
+		if got, err := r.ReadAt(buf[:n], off); got < int(n) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%d of %d bytes: the file is shorter than its size (changed while it was published?)", got, n)
+			}
 			return fmt.Errorf("read at %d: %w", off, err)
 		}
 		if err := w.add(ctx, buf[:n]); err != nil {

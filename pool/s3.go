@@ -37,6 +37,11 @@ func ParsePool(pool string) (bucket, prefix string, err error) {
 		return "", "", fmt.Errorf("pool %q: want s3://BUCKET/PREFIX", pool)
 	}
 	prefix = strings.Trim(u.Path, "/")
+	// '#' ends the prefix in etcd's keys (coord.go), so that no pool's
+	// keys lie inside another's.
+	if strings.ContainsAny(prefix, "#\x00") {
+		return "", "", fmt.Errorf("pool %q: the prefix may not contain '#' or NUL", pool)
+	}
 	if prefix != "" {
 		prefix += "/"
 	}

@@ -374,8 +374,14 @@ var (
 )
 
 func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if w, ok := fh.(*writer); ok {
-		n.fsys.fileAttr(&out.Attr, w.size())
+	switch h := fh.(type) {
+	case *writer:
+		n.fsys.fileAttr(&out.Attr, h.size())
+		return 0
+	case *reader:
+		// The size of the version this handle reads, not of what the name
+		// points to now (another host may have replaced it).
+		n.fsys.fileAttr(&out.Attr, h.f.Size())
 		return 0
 	}
 	size, err := n.fsys.opts.Pool.Stat(ctx, n.path)
@@ -403,10 +409,13 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		if !isW {
 			return syscall.EOPNOTSUPP
 		}
-		if err := w.spool.Truncate(int64(sz)); err != nil {
+		w.mu.Lock()
+		err := w.spool.Truncate(int64(sz))
+		w.dirty = true
+		w.mu.Unlock()
+		if err != nil {
 			return errno(n.fsys.opts.Logger, "truncate "+n.path, err)
 		}
-		w.dirty = true
 	}
 	return n.Getattr(ctx, fh, out)
 }
