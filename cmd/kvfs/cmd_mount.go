@@ -344,14 +344,7 @@ func foreignLines(path string, from int64) []string {
 
 // serve mounts and serves until a signal or an external unmount.
 func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
-	ready := func(msg string) {
-		if o.readyFD > 0 {
-			f := os.NewFile(uintptr(o.readyFD), "ready")
-			fmt.Fprintln(f, msg)
-			f.Close()
-			o.readyFD = 0
-		}
-	}
+	ready := readyReporter(o.readyFD)
 	fail := func(err error) error {
 		ready("error: " + err.Error())
 		return err
@@ -407,6 +400,21 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize(), "simulate_darwin", o.simulateDarwin)
 	ready("ok")
 	return serveUntilUnmounted(srv, mnt, log)
+}
+
+// readyReporter returns the function that tells the parent of a
+// background daemon, through --ready-fd, that the mount is live ("ok") or
+// why it is not ("error: ..."). It reports once; without a descriptor it
+// does nothing.
+func readyReporter(fd int) func(msg string) {
+	return func(msg string) {
+		if fd > 0 {
+			f := os.NewFile(uintptr(fd), "ready")
+			fmt.Fprintln(f, msg)
+			f.Close()
+			fd = 0
+		}
+	}
 }
 
 // serveUntilUnmounted waits until the mount is unmounted, unmounting it

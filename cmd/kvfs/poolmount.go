@@ -49,14 +49,7 @@ func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 
 // servePool joins the pool, mounts it and serves it until unmounted.
 func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
-	ready := func(msg string) {
-		if o.readyFD > 0 {
-			f := os.NewFile(uintptr(o.readyFD), "ready")
-			fmt.Fprintln(f, msg)
-			f.Close()
-			o.readyFD = 0
-		}
-	}
+	ready := readyReporter(o.readyFD)
 	p, err := o.pool.open(ctx, os.Stderr)
 	if err != nil {
 		ready("error: " + err.Error())
