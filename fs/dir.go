@@ -57,11 +57,28 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		locked.mu.Lock()
 		defer locked.mu.Unlock()
 	}
-	fi, err := d.fsys.s.LookupAttr(d.ino.Load(), name)
-	if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
-		// blocks/<sha256> exists for any blob the store holds that the
-		// caller may read, if the caller may create it here.
-		fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name, cred(ctx))
+	var fi *store.FileInfo
+	var err error
+	for range 3 {
+		fi, err = d.fsys.s.LookupAttr(d.ino.Load(), name)
+		if errors.Is(err, iofs.ErrNotExist) && len(name) == sha256Hex {
+			// blocks/<sha256> exists for any blob the store holds that
+			// the caller may read, if the caller may create it here.
+			fi, err = d.fsys.s.AdoptBlob(d.ino.Load(), name, cred(ctx))
+		}
+		if err != nil || !fi.Mode.IsRegular() {
+			break
+		}
+		// The version found stays for this thread's open (filelease.go);
+		// one replaced already is looked up again. A lease is a help,
+		// not a condition: without one, the open of a version gone
+		// answers ESTALE and the kernel looks the name up again.
+		if _, lerr := d.fsys.fileLeases.take(ctx, d.fsys, fi.Ino); !errors.Is(lerr, iofs.ErrNotExist) {
+			if lerr != nil {
+				d.fsys.log.Warn("lease a lookup's version", "name", name, "err", lerr)
+			}
+			break
+		}
 	}
 	if err != nil {
 		if len(name) == sha256Hex {
@@ -170,6 +187,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	d.dropLease(ctx, name)
 	return d.fsys.errno("unlink", d.fsys.s.RemoveAt(d.ino.Load(), name, false))
 }
 
@@ -188,6 +206,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return syscall.EPERM
 	}
 	ch := d.GetChild(name)
+	np.dropLease(ctx, newName)
 	if err := d.fsys.s.RenameAt(d.ino.Load(), name, np.ino.Load(), newName, noReplace); err != nil {
 		return d.fsys.errno("rename", err)
 	}
@@ -199,6 +218,16 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		}
 	}
 	return 0
+}
+
+// dropLease ends ctx's caller's lease of the version the kernel knows
+// under name (filelease.go), before that thread unlinks it or renames
+// over it: its own lookup of the name, part of that walk, must not keep
+// the version as an orphan.
+func (d *dirNode) dropLease(ctx context.Context, name string) {
+	if f, ok := nodeOps(d.GetChild(name)).(*fileNode); ok {
+		d.fsys.fileLeases.drop(ctx, d.fsys, f.storeIno())
+	}
 }
 
 // nodeOps is ch's node, or nil for none.

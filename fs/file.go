@@ -489,6 +489,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	f.readers++
+	// The handle holds the version now (filelease.go).
+	f.fsys.fileLeases.drop(ctx, f.fsys, f.cur.f.Ino())
 	// The kernel's pages are this version's, or are dropped (opencache.go).
 	fl := openCacheFlags(f.fsys.pageCache, f.cached == f.version)
 	f.cached = f.version

@@ -65,6 +65,9 @@ type FS struct {
 	prefixViews prefixCache
 	// walks are the recent lookups of view nodes, by caller (lease.go).
 	walks walks
+	// fileLeases hold the versions that lookups found for the looking
+	// threads' opens (filelease.go).
+	fileLeases fileLeases
 	// refusals bounds the logging of views that do not exist.
 	refusals logLimit
 	// splice says replies may be spliced: the kernel lets pipes grow.

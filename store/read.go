@@ -329,6 +329,14 @@ func (s *Store) unpinHeld(ino uint64) {
 }
 
 func (s *Store) unpin(ino uint64) error {
+	// Under the pin lock's read side, as a pin is taken: a releasing
+	// transaction that saw this pin, and so is making the inode an
+	// orphan, has committed before the orphan check below, which sees
+	// the orphan; one that has not begun will see no pin and release the
+	// inode itself. Unordered, the check could read the store from before
+	// such a transaction's commit and leave an orphan that nothing holds
+	// (a lookup's lease ending as a rename replaced its file did).
+	s.pins.RLock()
 	s.mu.Lock()
 	s.open[ino]--
 	last := s.open[ino] == 0
@@ -336,14 +344,14 @@ func (s *Store) unpin(ino uint64) error {
 		delete(s.open, ino)
 	}
 	s.mu.Unlock()
-	if !last {
-		return nil
-	}
 	var orphan bool
-	s.db.View(func(tx *manifest.Tx) error {
-		orphan = tx.IsOrphan(ino)
-		return nil
-	})
+	if last {
+		s.db.View(func(tx *manifest.Tx) error {
+			orphan = tx.IsOrphan(ino)
+			return nil
+		})
+	}
+	s.pins.RUnlock()
 	if orphan {
 		return s.releaseOrphan(ino)
 	}

@@ -66,5 +66,34 @@ func (s *Store) Hold(ino uint64) error {
 	})
 }
 
+// HoldReadable is Hold for a caller of user uid and group gid, if that
+// caller may read the file whatever its supplementary groups (which the
+// check leaves out, so as not to read them for every lookup): it pins
+// nothing for one who may not, and reports held false then. The
+// filesystem leases the version a lookup found to the looking thread
+// (fs/lease.go); one who may not read the file must not hold it against
+// the evictor by looking it up in a loop.
+func (s *Store) HoldReadable(ino uint64, uid, gid uint32) (held bool, err error) {
+	err = s.viewPinning(func(tx *manifest.Tx) error {
+		n, err := tx.Inode(ino)
+		if errors.Is(err, manifest.ErrNotFound) {
+			return inoErr("hold", ino, "", fs.ErrNotExist)
+		}
+		if err != nil {
+			return inoErr("hold", ino, "", err)
+		}
+		c := &Cred{UID: uid, GID: gid}
+		// Without the supplementary groups, one in the file's group
+		// would get others' bits; require the group's too.
+		if !c.mayInode(n, mayRead) || uid != 0 && uid != n.UID && gid != n.GID && n.Mode.Perm()&0o040 == 0 {
+			return nil
+		}
+		s.pin(ino)
+		held = true
+		return nil
+	})
+	return held, err
+}
+
 // Unhold drops a pin taken by Hold; see File.Close.
 func (s *Store) Unhold(ino uint64) error { return s.unpin(ino) }

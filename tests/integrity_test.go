@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/kvfs/kvfs/internal/testutil"
+	"github.com/kvfs/kvfs/store"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -41,6 +42,11 @@ func TestRenameOverReaders(t *testing.T) {
 		{"plain", "rename", nil},
 		{"verify", "rename", []string{"--verify"}},
 		{"dedup", "rename,dedup", nil},
+		// Two writers replace F in turn, so that a reader's lookup and
+		// open can see it replaced twice: once is what the kernel's
+		// retry of an ESTALE open covers, twice is what the lease of
+		// a lookup's version does (fs/filelease.go).
+		{"two-writers", "rename", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMount(t, tc.mountArgs...)
@@ -48,6 +54,9 @@ func TestRenameOverReaders(t *testing.T) {
 			icPut(t, m.path("F"), 1)
 			p := newICProcs(t, m, d)
 			p.client("iwrite", tc.flags, "2", m.path("F"))
+			if tc.name == "two-writers" {
+				p.client("iwrite", tc.flags, "3", m.path("F"))
+			}
 			for i := range 3 {
 				p.client("iread", "read", fmt.Sprint(10+i), m.path("F"))
 			}
@@ -283,4 +292,15 @@ func (p *icProcs) requireClean() {
 		p.t.Fatalf("%d good reads, %d writes: the test did not run", r.Reads, r.Writes)
 	}
 	p.t.Logf("%d good reads, %d writes, none bad", r.Reads, r.Writes)
+	// Every client has exited: no version may stay behind as an orphan
+	// once the lookups' leases (1 s, fs/filelease.go) have ended.
+	var st store.Stats
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st = storeStats(p.t, p.m); st.Orphans == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%d orphans left 5 s after the clients exited", st.Orphans)
+		}
+	}
 }
