@@ -19,6 +19,10 @@ type CollectOptions struct {
 	Grace time.Duration
 	// DryRun finds what would be deleted and deletes nothing.
 	DryRun bool
+	// Threshold: before the sweep, rewrite the packs whose dead fraction
+	// (bytes no name reaches over the pack's size) is at least this, and
+	// that are older than Grace (repack.go); 0 rewrites none.
+	Threshold float64
 	// Progress, if set, is told each object deleted.
 	Progress func(name string, size int64)
 }
@@ -31,6 +35,7 @@ type CollectStats struct {
 	DeletedBytes  int64 //
 	YoungKept     int   // unreached objects kept for the grace period
 	DanglingNames int   // names whose manifest is missing
+	Repack        RepackStats
 }
 
 // ErrCollectorBusy is a collection refused because another host is
@@ -73,6 +78,12 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 		cancel()
 	}()
 
+	// 0. Rewrite the sparse packs: a publish, before the fence.
+	if opts.Threshold > 0 {
+		if st.Repack, err = p.repack(ctx, opts.Threshold, opts.Grace, opts.DryRun); err != nil {
+			return st, fmt.Errorf("collect: %w", err)
+		}
+	}
 	live := map[string]bool{}
 	// 1. Mark from the names at revision R.
 	if err := p.mark(ctx, live, &st); err != nil {

@@ -12,7 +12,7 @@
 // host published, reads verified chunk by chunk through a bounded local
 // cache, the collector, lease loss and retry, kills mid-publish, and
 // services going away and coming back; two mounts sharing one pool
-// (tests/poolmount_test.go). Not yet: rewriting mostly dead packs,
+// (tests/poolmount_test.go), and the rewriting of sparse packs. Not yet:
 // capacity eviction of names, and prefix matching across hosts.
 //
 // # Objects and names
@@ -36,7 +36,10 @@
 // the local cache or with one ranged GET, and checks its sha256: a chunk
 // gone or damaged after the open is an EIO for that read, never wrong
 // bytes. Chunks read are kept in the host's cache (cache.go), so reads of
-// them go on while S3 is unreachable.
+// them go on while S3 is unreachable. A chunk whose pack is gone is looked
+// for where the names now place it (a rewrite moved it, below) and read
+// from there if its sha256 matches: a file opened before a rewrite reads
+// on.
 //
 // # Dedup across hosts
 //
@@ -75,6 +78,26 @@
 //  4. marks every object the names reach now (the names published since R);
 //  5. deletes the unmarked objects older than the grace period;
 //  6. removes the fence.
+//
+// # Rewriting sparse packs
+//
+// A pack stays whole while any chunk in it is live, so removing names
+// frees little when the packs they used hold chunks other names share.
+// Before it fences, a collector with a threshold (kvfs gc --pool
+// --threshold, default 0.5) rewrites every pack older than the grace
+// period whose dead fraction is at least the threshold (repack.go): it
+// copies the live chunks, each checked, into new packs, writes for each
+// name that used such a pack a manifest that uses the copies, and moves
+// the name in a transaction that requires the name's old value. The old
+// packs are then unreached, and the same collection's sweep deletes them.
+// The rewrite is a publish in every respect that the argument below uses:
+// it holds a publish key while it uploads the new packs and verifies
+// (HEAD) every other pack its manifests keep, and it moves names only
+// while the key exists. A name published or removed meanwhile keeps its
+// new state (the move is skipped), and whatever that state reaches stays
+// live by the argument for that publish. (TestRepack; the collector of
+// TestCollectRacesPublishes rewrites packs as the publishers replace and
+// remove the names that use them.)
 //
 // # Why no live object is deleted
 //

@@ -17,7 +17,9 @@ import (
 // TestCollectRacesPublishes: two hosts publish and remove files built
 // from shared chunks (so publishes reuse what the other uploaded, and
 // what a collection may be deleting) while a third collects with no
-// grace period, over and over, at random moments; a goroutine beside each
+// grace period, over and over, at random moments, rewriting sparse packs
+// as it goes (moving names the publishers are replacing); a goroutine
+// beside each
 // publisher revokes its etcd lease at random moments (an injected lease
 // expiry, mid-publish or between). Throughout and at the end, every name reads back exactly what its last successful publish
 // wrote, through a host without a cache: no live object was ever
@@ -157,7 +159,10 @@ func TestCollectRacesPublishes(t *testing.T) {
 			case <-time.After(time.Duration(r.IntN(200)) * time.Millisecond):
 			}
 			start := time.Now()
-			st, err := collector.Collect(ctx, pool.CollectOptions{Grace: time.Nanosecond})
+			// Every collection also rewrites the packs that are at
+			// least 30% dead (repack.go), moving names as the
+			// publishers replace and remove them.
+			st, err := collector.Collect(ctx, pool.CollectOptions{Grace: time.Nanosecond, Threshold: 0.3})
 			took := time.Since(start)
 			if err != nil {
 				t.Errorf("collect: %v", err)
@@ -166,6 +171,9 @@ func TestCollectRacesPublishes(t *testing.T) {
 			mu.Lock()
 			counts["collect"]++
 			counts["objects deleted"] += st.Deleted
+			counts["packs rewritten"] += st.Repack.Packs
+			counts["names moved by a rewrite"] += st.Repack.Names
+			counts["names changed during a rewrite"] += st.Repack.Skipped
 			counts["collect ms"] += int(took.Milliseconds())
 			mu.Unlock()
 		}
@@ -179,7 +187,7 @@ func TestCollectRacesPublishes(t *testing.T) {
 	}
 	verify(true)
 	t.Logf("%v", counts)
-	if counts["collect"] == 0 || counts["publish"] == 0 || counts["objects deleted"] == 0 {
+	if counts["collect"] == 0 || counts["publish"] == 0 || counts["objects deleted"] == 0 || counts["names moved by a rewrite"] == 0 {
 		t.Fatalf("the race did not happen: %v", counts)
 	}
 }

@@ -220,6 +220,12 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	cancel()
 	if errors.Is(err, ErrNoObject) {
 		p.forgetPack(c.Pack)
+		// The pack may have been rewritten (a collection copies the
+		// live chunks of sparse packs and moves the names): the chunk is
+		// its hash, so a copy anywhere in the pool serves, checked.
+		if b, ok := p.chunkElsewhere(ctx, c); ok {
+			return b, nil
+		}
 		return nil, fmt.Errorf("chunk %x: pack %s is missing from the pool: %w", c.Sum, c.Pack, syscall.EIO)
 	}
 	if err != nil {
@@ -234,6 +240,31 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// chunkElsewhere looks for a copy of chunk c outside its pack, which is
+// gone: in what this host knows after reading the manifests of the names
+// it has not seen.
+func (p *Pool) chunkElsewhere(ctx context.Context, c ChunkRef) ([]byte, bool) {
+	p.learnNames(ctx)
+	p.mu.Lock()
+	l, ok := p.known[c.Sum]
+	p.mu.Unlock()
+	if !ok || l.pack == c.Pack || l.len != c.Len {
+		return nil, false
+	}
+	octx, cancel := p.op(ctx)
+	b, err := p.objs.ReadRange(octx, packDir+l.pack, l.off, l.len)
+	cancel()
+	if err != nil || sha256.Sum256(b) != c.Sum {
+		return nil, false
+	}
+	if p.cache != nil {
+		if err := p.cache.Add(c.Sum, b); err != nil {
+			p.log.Warn("pool: chunk not cached", "err", err)
+		}
+	}
+	return b, true
 }
 
 // List returns the pool's file names under prefix, sorted.

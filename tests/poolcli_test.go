@@ -180,4 +180,29 @@ func TestPoolCommands(t *testing.T) {
 	if out := ok("gc", "--pool", pool, "--grace", "1ns"); !strings.Contains(out, "deleted 0 objects") {
 		t.Fatalf("second gc --pool: %q", out)
 	}
+
+	// A sparse pack is rewritten: b (three 1 MiB chunks, one pack) and c
+	// (b's first chunk and a few bytes of its own); once b is removed,
+	// b's pack is 58% dead, and gc copies c's chunk out of it and
+	// deletes it. c reads the same before and after.
+	ok("pool", "--cache", filepath.Join(dir, "cacheA"), "put", src, "b")
+	c := append(bytes.Clone(data[:1<<20]), "c's own bytes"...)
+	srcC := filepath.Join(dir, "c")
+	os.WriteFile(srcC, c, 0o644)
+	ok("pool", "--cache", filepath.Join(dir, "cacheA"), "put", srcC, "c")
+	ok("pool", "rm", "b")
+	if code, _, errOut := poolKvfs(t, env, "gc", "--pool", pool, "--threshold", "0"); code != 2 || !strings.Contains(errOut, "--threshold") {
+		t.Fatalf("gc --pool --threshold 0: exit %d, %q", code, errOut)
+	}
+	if out := ok("gc", "--pool", pool, "--grace", "1ns", "--dry-run"); !strings.Contains(out, "would rewrite 1 sparse packs (1048576 live bytes copied into 1 new packs)") {
+		t.Fatalf("gc --pool --dry-run with a sparse pack: %q", out)
+	}
+	out := ok("gc", "--pool", pool, "--grace", "1ns")
+	if !strings.Contains(out, "rewrote 1 sparse packs (1048576 live bytes copied into 1 new packs); 1 names moved") ||
+		!strings.Contains(out, "deleted 3 objects") { // b's manifest and pack, c's old manifest
+		t.Fatalf("gc --pool with a sparse pack: %q", out)
+	}
+	if got := ok("pool", "get", "c", "-"); got != string(c) {
+		t.Fatal("c differs after its pack was rewritten")
+	}
 }

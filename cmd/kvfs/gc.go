@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/gc"
+	"github.com/kvfs/kvfs/pool"
 	"github.com/kvfs/kvfs/store"
 )
 
@@ -31,8 +32,12 @@ reclaimed (allocated blocks of the pack files, before and after).
 
 With --pool (and no STORE), collect a pool that several hosts share
 instead (pool/doc.go): delete the pack and manifest objects no name reaches
-that are older than --grace, never one an in-flight publish needs. One host
-collects at a time; another that tries meanwhile is refused.`)
+that are older than --grace, never one an in-flight publish needs. Before
+that, it rewrites the packs older than --grace whose dead fraction is at
+least --threshold: their live chunks are copied into new packs and the names
+that used them move to the copies (a name changed meanwhile keeps its new
+state), so that the old packs go in the same collection. One host collects
+at a time; another that tries meanwhile is refused.`)
 	dry := fs.Bool("dry-run", false, "report what would be rewritten, removed and reclaimed, and change nothing")
 	threshold := fs.Float64("threshold", store.DefaultCompactThreshold, "rewrite packs whose dead fraction is at least this (0 < F <= 1); packs with nothing live are removed whatever it is")
 	var pf poolFlags
@@ -48,7 +53,10 @@ collects at a time; another that tries meanwhile is refused.`)
 		if *grace <= 0 {
 			return usagef("--grace: want a positive duration")
 		}
-		return runPoolGC(ctx, &pf, *grace, *dry, stdout, stderr)
+		if *threshold <= 0 || *threshold > 1 {
+			return usagef("--threshold: want a fraction in (0, 1], not %v", *threshold)
+		}
+		return runPoolGC(ctx, &pf, pool.CollectOptions{Grace: *grace, DryRun: *dry, Threshold: *threshold}, stdout, stderr)
 	}
 	if fs.NArg() != 1 {
 		return usagef("want STORE")

@@ -234,19 +234,24 @@ func poolGet(ctx context.Context, p *pool.Pool, name, local string, w io.Writer)
 }
 
 // runPoolGC is kvfs gc --pool: one collection of the shared pool.
-func runPoolGC(ctx context.Context, pf *poolFlags, grace time.Duration, dry bool, stdout, stderr io.Writer) error {
+func runPoolGC(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, stdout, stderr io.Writer) error {
 	p, err := pf.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	st, err := p.Collect(ctx, pool.CollectOptions{Grace: grace, DryRun: dry})
+	st, err := p.Collect(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("gc %s: %w", pf.pool, err)
 	}
-	verb := "deleted"
+	dry, grace := opts.DryRun, opts.Grace
+	verb, rverb := "deleted", "rewrote"
 	if dry {
-		verb = "would delete"
+		verb, rverb = "would delete", "would rewrite"
+	}
+	if r := st.Repack; r.Packs > 0 {
+		fmt.Fprintf(stdout, "%s: %s %d sparse packs (%d live bytes copied into %d new packs); %d names moved, %d changed meanwhile and kept\n",
+			pf.pool, rverb, r.Packs, r.CopiedBytes, r.NewPacks, r.Names, r.Skipped)
 	}
 	fmt.Fprintf(stdout, "%s: %d names, %d objects live; %s %d objects (%d bytes); kept %d unreached objects younger than %v\n",
 		pf.pool, st.Names, st.LiveObjects, verb, st.Deleted, st.DeletedBytes, st.YoungKept, grace)
