@@ -23,6 +23,12 @@ type CollectOptions struct {
 	// (bytes no name reaches over the pack's size) is at least this, and
 	// that are older than Grace (repack.go); 0 rewrites none.
 	Threshold float64
+	// Capacity: before anything else, remove names, least recently used
+	// first, until the distinct chunks the names reach take at most this
+	// many bytes (evict.go); 0 removes none. MinIdle: never remove a name
+	// used (published or opened, by any host) within this.
+	Capacity int64
+	MinIdle  time.Duration
 	// Progress, if set, is told each object deleted.
 	Progress func(name string, size int64)
 }
@@ -35,6 +41,7 @@ type CollectStats struct {
 	DeletedBytes  int64 //
 	YoungKept     int   // unreached objects kept for the grace period
 	DanglingNames int   // names whose manifest is missing
+	Evict         EvictStats
 	Repack        RepackStats
 }
 
@@ -78,7 +85,13 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 		cancel()
 	}()
 
-	// 0. Rewrite the sparse packs: a publish, before the fence.
+	// 0. Evict names over capacity, then rewrite the sparse packs (a
+	// publish, before the fence).
+	if opts.Capacity > 0 {
+		if st.Evict, err = p.evict(ctx, opts.Capacity, opts.MinIdle, opts.DryRun); err != nil {
+			return st, fmt.Errorf("collect: %w", err)
+		}
+	}
 	if opts.Threshold > 0 {
 		if st.Repack, err = p.repack(ctx, opts.Threshold, opts.Grace, opts.DryRun); err != nil {
 			return st, fmt.Errorf("collect: %w", err)

@@ -19,6 +19,7 @@ import (
 // pool's keys lie under another's):
 //
 //	PFX/names/<path>          → the file's manifest hash: the only roots
+//	PFX/used/<path>           → when the file was last published or opened (Unix seconds; evict.go)
 //	PFX/publish/<lease>/<id>  → an in-flight publish, bound to its lease
 //	PFX/fence                 → a sweep in progress, bound to the collector's lease
 //	PFX/collector/...         → the collectors' lock (one collects at a time)
@@ -33,6 +34,8 @@ type coord struct {
 
 func (c *coord) namesKey(path string) string { return c.pfx + "names/" + path }
 func (c *coord) namesPrefix() string         { return c.pfx + "names/" }
+func (c *coord) usedKey(path string) string  { return c.pfx + "used/" + path }
+func (c *coord) usedPrefix() string          { return c.pfx + "used/" }
 func (c *coord) publishPrefix() string       { return c.pfx + "publish/" }
 func (c *coord) fenceKey() string            { return c.pfx + "fence" }
 func (c *coord) lockPrefix() string          { return c.pfx + "collector" }
@@ -144,7 +147,7 @@ func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session, opTime
 func (c *coord) commitName(ctx context.Context, pubKey, path, manifest string) error {
 	resp, err := c.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(pubKey), ">", 0)).
-		Then(clientv3.OpPut(c.namesKey(path), manifest)).
+		Then(clientv3.OpPut(c.namesKey(path), manifest), clientv3.OpPut(c.usedKey(path), usedNow())).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: set name %s: %w", path, err)

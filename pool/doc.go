@@ -12,8 +12,8 @@
 // host published, reads verified chunk by chunk through a bounded local
 // cache, the collector, lease loss and retry, kills mid-publish, and
 // services going away and coming back; two mounts sharing one pool
-// (tests/poolmount_test.go), and the rewriting of sparse packs. Not yet:
-// capacity eviction of names, and prefix matching across hosts.
+// (tests/poolmount_test.go), the rewriting of sparse packs, and capacity
+// eviction of names. Not yet: prefix matching across hosts.
 //
 // # Objects and names
 //
@@ -98,6 +98,22 @@
 // live by the argument for that publish. (TestRepack; the collector of
 // TestCollectRacesPublishes rewrites packs as the publishers replace and
 // remove the names that use them.)
+//
+// # Capacity
+//
+// etcd also holds used/<path>: when the file was last published or opened,
+// by any host (Unix seconds; a host records an open of one name at most
+// once a minute, so a file read in a loop costs one etcd write a minute).
+// It moves with a rename and goes with a removal. A collector with a
+// capacity (kvfs gc --pool --capacity SIZE --min-idle D, evict.go) first
+// removes names, least recently used first, while the bytes of the
+// distinct chunks the names reach exceed SIZE, passing over every name
+// used within D (default 1 h). Each removal is a transaction that requires
+// the name and its last use to be as read, so a name published or opened
+// while the collector decides stays. The objects of removed names then go
+// as any unreached object does: the sweep, with the rewrite of the packs
+// they shared. Removing names only removes roots, so the argument below
+// is unchanged. (TestEvict; TestPoolCommands through the command line.)
 //
 // # Why no live object is deleted
 //

@@ -18,3 +18,7 @@ func (p *Pool) RevokeLease() {
 	defer cancel()
 	p.coord.cli.Revoke(ctx, s.Lease())
 }
+
+// BeforeEvict makes f run before each eviction's transaction, so that a
+// test can change the name in between.
+func (p *Pool) BeforeEvict(f func(path string)) { p.beforeEvict = f }

@@ -48,6 +48,9 @@ type Pool struct {
 	mu        sync.Mutex
 	known     map[[32]byte]loc     // chunks this host believes are in the pool
 	manifests map[string]*Manifest // manifests read, by hash (immutable)
+	touched   map[string]time.Time // when this host last recorded a use of each name (evict.go)
+	// beforeEvict, set by tests, runs before each eviction's transaction.
+	beforeEvict func(path string)
 }
 
 // loc is where a chunk lies.
@@ -109,6 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		log:       cfg.Logger,
 		known:     map[[32]byte]loc{},
 		manifests: map[string]*Manifest{},
+		touched:   map[string]time.Time{},
 	}
 	if cfg.CacheDir != "" {
 		if cfg.CacheBytes == 0 {

@@ -285,11 +285,13 @@ func (p *Pool) Remove(ctx context.Context, path string) error {
 	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
-	resp, err := p.coord.cli.Delete(octx, p.coord.namesKey(path))
+	resp, err := p.coord.cli.Txn(octx).
+		Then(clientv3.OpDelete(p.coord.namesKey(path)), clientv3.OpDelete(p.coord.usedKey(path))).
+		Commit()
 	if err != nil {
-		return fmt.Errorf("remove %s: etcd: %w", path, err)
+		return fmt.Errorf("remove %s: etcd: %w", path, p.explain(ctx, err))
 	}
-	if resp.Deleted == 0 {
+	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
 		return fmt.Errorf("remove %s: %w", path, fs.ErrNotExist)
 	}
 	return nil
@@ -307,20 +309,27 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
-	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(from))
+	resp, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesKey(from)), clientv3.OpGet(p.coord.usedKey(from))).Commit()
 	if err != nil {
 		return fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		return fmt.Errorf("rename %s: %w", from, fs.ErrNotExist)
 	}
-	kv := resp.Kvs[0]
+	kv := kvs[0]
 	if from == to {
 		return nil
 	}
+	// The time of last use moves with the name (evict.go).
+	used := usedNow()
+	if u := resp.Responses[1].GetResponseRange().Kvs; len(u) > 0 {
+		used = string(u[0].Value)
+	}
 	tx, err := p.coord.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision)).
-		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from))).
+		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from)),
+			clientv3.OpPut(p.coord.usedKey(to), used), clientv3.OpDelete(p.coord.usedKey(from))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))

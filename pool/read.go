@@ -71,6 +71,7 @@ func (p *Pool) Open(ctx context.Context, path string) (*File, error) {
 		}
 	}
 	p.learn(name, m)
+	p.touch(ctx, path)
 	return &File{p: p, path: path, m: m}, nil
 }
 

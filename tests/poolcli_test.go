@@ -205,4 +205,39 @@ func TestPoolCommands(t *testing.T) {
 	if got := ok("pool", "get", "c", "-"); got != string(c) {
 		t.Fatal("c differs after its pack was rewritten")
 	}
+
+	// Capacity: names go least recently used first, never one used
+	// within --min-idle.
+	dData := make([]byte, 1_500_000)
+	rand.Read(dData)
+	srcD := filepath.Join(dir, "d")
+	os.WriteFile(srcD, dData, 0o644)
+	ok("pool", "put", srcD, "d")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--capacity", "1K", "--min-idle", "1h", "--dry-run"}, "would remove 0 names, least recently used first, leaving 2548589 bytes; 2 names used within 1h0m0s kept"},
+		{[]string{"--capacity", "2000000", "--min-idle", "0s", "--dry-run"}, "would remove 1 names, least recently used first, leaving 1500000 bytes"},
+		{[]string{"--capacity", "2000000", "--min-idle", "0s"}, "removed 1 names, least recently used first, leaving 1500000 bytes"},
+	} {
+		if out := ok(append([]string{"gc", "--pool", pool, "--grace", "1ns"}, c.args...)...); !strings.Contains(out, c.want) {
+			t.Fatalf("gc --pool %s: %q, want %q", strings.Join(c.args, " "), out, c.want)
+		}
+	}
+	if out := ok("pool", "ls"); out != "d\n" {
+		t.Fatalf("pool ls after eviction: %q, want d only (c was used less recently)", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gc", "--pool", pool, "--capacity", "lots"}, "--capacity"},
+		{[]string{"gc", "--pool", pool, "--capacity", "1G", "--min-idle", "-1s"}, "--min-idle"},
+		{[]string{"gc", "--capacity", "1G", "somestore"}, "--capacity is for a pool"},
+	} {
+		if code, _, errOut := poolKvfs(t, env, c.args...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("kvfs %s: exit %d, %q; want exit 2 naming %s", strings.Join(c.args, " "), code, errOut, c.want)
+		}
+	}
 }

@@ -36,13 +36,18 @@ that are older than --grace, never one an in-flight publish needs. Before
 that, it rewrites the packs older than --grace whose dead fraction is at
 least --threshold: their live chunks are copied into new packs and the names
 that used them move to the copies (a name changed meanwhile keeps its new
-state), so that the old packs go in the same collection. One host collects
-at a time; another that tries meanwhile is refused.`)
+state), so that the old packs go in the same collection. With --capacity,
+before either, it removes names, least recently used first, until the
+distinct chunks the names reach fit in SIZE, never a name used within
+--min-idle, and never one published or opened while it decides. One host
+collects at a time; another that tries meanwhile is refused.`)
 	dry := fs.Bool("dry-run", false, "report what would be rewritten, removed and reclaimed, and change nothing")
 	threshold := fs.Float64("threshold", store.DefaultCompactThreshold, "rewrite packs whose dead fraction is at least this (0 < F <= 1); packs with nothing live are removed whatever it is")
 	var pf poolFlags
 	pf.add(fs)
 	grace := fs.Duration("grace", time.Hour, "with --pool: delete only unreached objects older than this")
+	capacity := fs.String("capacity", "", "with --pool: first remove names, least recently used (published or opened, by any host) first, until what the names reach takes at most SIZE (K, M, G, T suffixes)")
+	minIdle := fs.Duration("min-idle", time.Hour, "with --pool and --capacity: never remove a name used within this")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -56,7 +61,23 @@ at a time; another that tries meanwhile is refused.`)
 		if *threshold <= 0 || *threshold > 1 {
 			return usagef("--threshold: want a fraction in (0, 1], not %v", *threshold)
 		}
-		return runPoolGC(ctx, &pf, pool.CollectOptions{Grace: *grace, DryRun: *dry, Threshold: *threshold}, stdout, stderr)
+		opts := pool.CollectOptions{Grace: *grace, DryRun: *dry, Threshold: *threshold, MinIdle: *minIdle}
+		if *capacity != "" {
+			n, err := store.ParseSize(*capacity)
+			if err != nil || n <= 0 {
+				return usagef("--capacity %q: want a positive size such as 500G", *capacity)
+			}
+			opts.Capacity = n
+		}
+		if *minIdle < 0 {
+			return usagef("--min-idle: want a duration of 0 or more")
+		}
+		return runPoolGC(ctx, &pf, opts, stdout, stderr)
+	}
+	for _, name := range []string{"grace", "capacity", "min-idle"} {
+		if fs.Changed(name) {
+			return usagef("--%s is for a pool (--pool); a store's capacity is kvfs mount --capacity", name)
+		}
 	}
 	if fs.NArg() != 1 {
 		return usagef("want STORE")

@@ -249,6 +249,21 @@ func runPoolGC(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, std
 	if dry {
 		verb, rverb = "would delete", "would rewrite"
 	}
+	if e := st.Evict; opts.Capacity > 0 {
+		everb := "removed"
+		if dry {
+			everb = "would remove"
+		}
+		fmt.Fprintf(stdout, "%s: names reach %d bytes, capacity %d: %s %d names, least recently used first, leaving %d bytes",
+			pf.pool, e.LiveBefore, opts.Capacity, everb, e.Names, e.LiveAfter)
+		if e.Recent > 0 {
+			fmt.Fprintf(stdout, "; %d names used within %v kept", e.Recent, opts.MinIdle)
+		}
+		if e.Changed > 0 {
+			fmt.Fprintf(stdout, "; %d names changed meanwhile and kept", e.Changed)
+		}
+		fmt.Fprintln(stdout)
+	}
 	if r := st.Repack; r.Packs > 0 {
 		fmt.Fprintf(stdout, "%s: %s %d sparse packs (%d live bytes copied into %d new packs); %d names moved, %d changed meanwhile and kept\n",
 			pf.pool, rverb, r.Packs, r.CopiedBytes, r.NewPacks, r.Names, r.Skipped)
