@@ -183,3 +183,22 @@ func (c *Cache) Stats() CacheStats {
 	st.Chunks, st.Bytes, st.Limit = c.lru.Len(), c.bytes, c.limit
 	return st
 }
+
+// ScanCache counts the chunk files in a cache directory without opening
+// the cache (which may be a running daemon's): for kvfs stats.
+func ScanCache(dir string) (chunks int, bytes int64, err error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("chunk cache %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if b, err := hex.DecodeString(e.Name()); err != nil || len(b) != 32 {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			chunks++
+			bytes += info.Size()
+		}
+	}
+	return chunks, bytes, nil
+}

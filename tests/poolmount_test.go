@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -212,6 +214,14 @@ func TestPoolMountTwoHosts(t *testing.T) {
 		t.Fatalf("temporary names left: %q", names)
 	}
 	t.Logf("series: %d distinct chunks, %d bytes stored once", len(distinct), want)
+
+	// kvfs stats of a pool mount's directory: the pool's figures and the
+	// host's cache (B read every file, so it holds chunks).
+	code, stats, errOut := poolKvfs(t, env, "stats", filepath.Join(filepath.Dir(b), "host-b"))
+	if code != 0 || !strings.Contains(stats, "names:         7\n") || !regexp.MustCompile(`cache: +[1-9][0-9]* chunks`).MatchString(stats) {
+		t.Fatalf("kvfs stats of B's directory: exit %d\n%s%s", code, stats, errOut)
+	}
+	t.Logf("kvfs stats:\n%s", stats)
 }
 
 // poolPackBytes is the bytes of the pool's pack objects (files under

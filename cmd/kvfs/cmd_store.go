@@ -332,13 +332,27 @@ func runMv(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("stats", "[--json] STORE", "Print a store's totals: logical bytes (what the files hold), stored bytes\n(what the chunks take), the dedup ratio, chunks, packs and dead bytes:\nbytes of packs that no chunk uses any more (released by removals and\nrewrites, reserved by commits that failed or are in flight, and the padding\nthat starts each commit on a page). Dead bytes are punched out of the packs\nwhere the filesystem can, and reclaimed by compaction (kvfs gc).")
+	fs := newFlags("stats", "[--json] STORE", "Print a store's totals: logical bytes (what the files hold), stored bytes\n(what the chunks take), the dedup ratio, chunks, packs and dead bytes:\nbytes of packs that no chunk uses any more (released by removals and\nrewrites, reserved by commits that failed or are in flight, and the padding\nthat starts each commit on a page). Dead bytes are punched out of the packs\nwhere the filesystem can, and reclaimed by compaction (kvfs gc).\n\nFor the directory of a pool mount (kvfs mount --pool), print what the pool\nholds and this host's cache, as kvfs pool stats does.")
 	asJSON := fs.Bool("json", false, "print a JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return usagef("want STORE")
+	}
+	// A pool mount's directory (kvfs mount --pool): the pool's figures.
+	if pf, ok, err := readPoolConfig(fs.Arg(0), 30*time.Second); err != nil {
+		return err
+	} else if ok {
+		if *asJSON {
+			return usagef("--json is for a store, not a pool mount's directory")
+		}
+		p, err := pf.withoutCache().open(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		return printPoolStats(ctx, p, &pf, stdout)
 	}
 	s, err := connect(fs.Arg(0))
 	if err != nil {

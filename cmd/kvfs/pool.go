@@ -114,7 +114,8 @@ chunk missing or damaged fails the read, never returns wrong bytes.
   get NAME LOCAL   copy a pool file out (LOCAL "-" is standard output)
   ls [PREFIX]      list the names under PREFIX
   rm NAME...       remove names; kvfs gc --pool reclaims their objects
-  stats            print this host's pool and cache figures
+  stats            print what the pool holds (names, bytes, dedup, objects,
+                   dead bytes) and this host's cache (--cache)
 
 To try a pool on one machine: eval "$(scripts/services start)".`)
 	pf.add(fs)
@@ -134,7 +135,11 @@ To try a pool on one machine: eval "$(scripts/services start)".`)
 	if len(rest) < n[0] || len(rest) > n[1] {
 		return usagef("pool %s: wrong number of arguments", sub)
 	}
-	p, err := pf.open(ctx, stderr)
+	of := &pf
+	if sub == "stats" {
+		of = pf.withoutCache()
+	}
+	p, err := of.open(ctx, stderr)
 	if err != nil {
 		return err
 	}
@@ -180,12 +185,43 @@ To try a pool on one machine: eval "$(scripts/services start)".`)
 			return exitStatus{code: exitFailure}
 		}
 	case "stats":
-		st := p.Stats()
-		fmt.Fprintf(stdout, "pool:          %s\n", pf.pool)
-		fmt.Fprintf(stdout, "known chunks:  %d\n", st.KnownChunks)
-		fmt.Fprintf(stdout, "cache:         %d chunks, %d of %d bytes (%s)\n", st.Cache.Chunks, st.Cache.Bytes, st.Cache.Limit, orNone(pf.cache))
-		fmt.Fprintf(stdout, "cache hits:    %d, misses %d, evicted %d\n", st.Cache.Hits, st.Cache.Misses, st.Cache.Evicted)
+		return printPoolStats(ctx, p, &pf, stdout)
 	}
+	return nil
+}
+
+// withoutCache is f for a command that only scans the cache: it may be a
+// running daemon's, which opening it (and evicting to its bound) would
+// disturb.
+func (f *poolFlags) withoutCache() *poolFlags {
+	c := *f
+	c.cache = ""
+	return &c
+}
+
+// printPoolStats prints what the pool holds, as every host sees it, and
+// this host's cache (scanned, not opened: it may be a daemon's).
+func printPoolStats(ctx context.Context, p *pool.Pool, pf *poolFlags, stdout io.Writer) error {
+	u, err := p.Usage(ctx)
+	if err != nil {
+		return fmt.Errorf("stats %s: %w", pf.pool, err)
+	}
+	fmt.Fprintf(stdout, "pool:          %s\n", pf.pool)
+	fmt.Fprintf(stdout, "names:         %d\n", u.Names)
+	fmt.Fprintf(stdout, "logical bytes: %d (%s)\n", u.LogicalBytes, formatBytes(u.LogicalBytes))
+	fmt.Fprintf(stdout, "live bytes:    %d (%s): the distinct chunks the names reach\n", u.LiveBytes, formatBytes(u.LiveBytes))
+	fmt.Fprintf(stdout, "dedup ratio:   %.2fx\n", u.DedupRatio())
+	fmt.Fprintf(stdout, "objects:       %d manifests, %d packs of %s\n", u.Manifests, u.Packs, formatBytes(u.PackBytes))
+	fmt.Fprintf(stdout, "dead bytes:    %d (%s): pack bytes no name reaches (kvfs gc --pool reclaims them)\n", u.DeadBytes, formatBytes(u.DeadBytes))
+	if pf.cache == "" {
+		fmt.Fprintf(stdout, "cache:         none\n")
+		return nil
+	}
+	n, b, err := pool.ScanCache(pf.cache)
+	if err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	fmt.Fprintf(stdout, "cache:         %d chunks, %s of %s (%s)\n", n, formatBytes(b), pf.cacheSize, pf.cache)
 	return nil
 }
 

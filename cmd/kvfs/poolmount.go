@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"github.com/kvfs/kvfs/fs/poolfs"
 )
@@ -39,6 +43,9 @@ func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 		return fmt.Errorf("mount point %s: %w", mnt, err)
 	} else if !fi.IsDir() {
 		return fmt.Errorf("mount point %s is not a directory", mnt)
+	}
+	if err := writePoolConfig(storeDir, &o.pool); err != nil {
+		return err
 	}
 	if !o.foreground {
 		return mountFailureHint(runtime.GOOS, daemonize([]string{storeDir, mnt}, storeDir, o, stdout))
@@ -82,4 +89,53 @@ func (f *poolFlags) args() []string {
 		a = append(a, "--cache", f.cache)
 	}
 	return a
+}
+
+// poolConfigFile, in a pool mount's STORE, names the pool the directory
+// serves, so that kvfs stats STORE can report on it. It holds no
+// credentials (only the path of a --credentials file, if one was given).
+const poolConfigFile = "pool.json"
+
+type poolConfig struct {
+	Pool        string `json:"pool"`
+	Endpoint    string `json:"endpoint"`
+	Etcd        string `json:"etcd"`
+	Credentials string `json:"credentials,omitempty"`
+	Cache       string `json:"cache"`
+	CacheSize   string `json:"cache_size"`
+}
+
+func writePoolConfig(storeDir string, f *poolFlags) error {
+	b, err := json.MarshalIndent(poolConfig{f.pool, f.endpoint, f.etcd, f.credentials, f.cache, f.cacheSize}, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(storeDir, poolConfigFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("pool mount: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("pool mount: %w", err)
+	}
+	return nil
+}
+
+// readPoolConfig returns the pool flags a pool mount's STORE was last
+// mounted with; ok false if STORE is not a pool mount's directory.
+func readPoolConfig(storeDir string, timeout time.Duration) (f poolFlags, ok bool, err error) {
+	path := filepath.Join(storeDir, poolConfigFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, false, nil
+	}
+	if err != nil {
+		return f, false, err
+	}
+	var c poolConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return f, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return poolFlags{pool: c.Pool, endpoint: c.Endpoint, etcd: c.Etcd, credentials: c.Credentials,
+		cache: c.Cache, cacheSize: c.CacheSize, timeout: timeout}, true, nil
 }
