@@ -12,8 +12,9 @@
 // host published, reads verified chunk by chunk through a bounded local
 // cache, the collector, lease loss and retry, kills mid-publish, and
 // services going away and coming back; two mounts sharing one pool
-// (tests/poolmount_test.go), the rewriting of sparse packs, and capacity
-// eviction of names. Not yet: prefix matching across hosts.
+// (tests/poolmount_test.go), the rewriting of sparse packs, capacity
+// eviction of names, and prefix matching across hosts (kvfs match --pool).
+// Not yet: the /.kvfs tree in a pool mount.
 //
 // # Objects and names
 //
@@ -98,6 +99,22 @@
 // live by the argument for that publish. (TestRepack; the collector of
 // TestCollectRacesPublishes rewrites packs as the publishers replace and
 // remove the names that use them.)
+//
+// # Prefix matching across hosts
+//
+// A publish of a file named *.mlxkv (or *.mlxkv.tmp, the engine's
+// temporary name, renamed after) whose header parses records in its
+// manifest the snapshot's model, namespace, token-chain keys
+// (docs/PREFIX.md) and trim limits (manifest.go, SnapInfo). Pool.Match
+// (match.go; kvfs match --pool) lists the names, reads each manifest once
+// per host (they are immutable), and takes as candidates the snapshots
+// whose keys share the prompt's first groups, deepest first. A manifest
+// is untrusted: each candidate that may win is opened and its own header
+// read through checked chunks, and the single-host lookup's rules decide
+// (store.Rejection, store.Better; the earliest published name wins a tie).
+// A manifest without a record (a file renamed into a .mlxkv name) gets one
+// made from its header at its first lookup on each host. (TestMatch, with a
+// manifest that lies; TestPoolMountTwoHosts through two mounts.)
 //
 // # Capacity
 //

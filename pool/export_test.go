@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"time"
 )
@@ -22,3 +23,40 @@ func (p *Pool) RevokeLease() {
 // BeforeEvict makes f run before each eviction's transaction, so that a
 // test can change the name in between.
 func (p *Pool) BeforeEvict(f func(path string)) { p.beforeEvict = f }
+
+// ForgeSnap points path at a manifest whose chunks are path's but whose
+// snapshot record is from's, as a host (or anyone with write access to
+// the bucket) that lies would: a lookup must not trust it.
+func (p *Pool) ForgeSnap(ctx context.Context, path, from string) error {
+	names, _, err := p.coord.names(ctx, "", 0)
+	if err != nil {
+		return err
+	}
+	m, err := p.manifest(ctx, names[path])
+	if err != nil {
+		return err
+	}
+	src, err := p.manifest(ctx, names[from])
+	if err != nil {
+		return err
+	}
+	forged := *m
+	forged.Snap = src.Snap
+	name, b, err := forged.Encode()
+	if err != nil {
+		return err
+	}
+	if err := p.objs.Put(ctx, manifestDir+name, bytes.NewReader(b), int64(len(b))); err != nil {
+		return err
+	}
+	sess, err := p.coord.session(ctx)
+	if err != nil {
+		return err
+	}
+	key, err := p.coord.beginPublish(ctx, sess, p.opTimeout)
+	if err != nil {
+		return err
+	}
+	defer p.coord.cli.Delete(ctx, key)
+	return p.coord.commitName(ctx, key, path, name)
+}

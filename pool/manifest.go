@@ -31,6 +31,22 @@ type Manifest struct {
 	Size      int64
 	ChunkSize int64
 	Chunks    []ChunkRef
+	// Snap describes a file that parsed as a snapshot when it was
+	// published (match.go); nil for any other file.
+	Snap *SnapInfo
+}
+
+// SnapInfo is what a lookup needs to choose a snapshot's candidates
+// without reading it: its model, its token-chain keys (docs/PREFIX.md)
+// and how far it may be trimmed. It is a hint, from whoever published
+// the manifest: a lookup reads the candidate's own header (through
+// checked chunks) before it answers.
+type SnapInfo struct {
+	Model, Fingerprint, NS string
+	Tokens                 int64 // the snapshot's token count
+	MinReusable            int64
+	Trimmable              bool
+	Keys                   [][32]byte // h(0) … h(Tokens/256)
 }
 
 // ChunkRef is one chunk: its sha256 and the pack object range holding it.
@@ -46,7 +62,25 @@ type manifestJSON struct {
 	Size      int64       `json:"size"`
 	ChunkSize int64       `json:"chunk_size"`
 	Chunks    []chunkJSON `json:"chunks"`
+	Snap      *snapJSON   `json:"snap,omitempty"`
 }
+
+type snapJSON struct {
+	Model       string   `json:"model"`
+	Fingerprint string   `json:"fingerprint"`
+	NS          string   `json:"ns"`
+	Tokens      int64    `json:"tokens"`
+	MinReusable int64    `json:"min_reusable"`
+	Trimmable   bool     `json:"trimmable"`
+	Keys        []string `json:"keys"`
+}
+
+// Limits on a manifest's snapshot record.
+const (
+	maxSnapString = 4 << 10
+	maxSnapTokens = 1 << 26 // far above any context length
+	groupTokens   = 256     // mlx.GroupTokens
+)
 
 type chunkJSON struct {
 	Sum  string `json:"sum"`
@@ -59,6 +93,13 @@ func (m *Manifest) Encode() (name string, b []byte, err error) {
 	j := manifestJSON{V: 1, Size: m.Size, ChunkSize: m.ChunkSize, Chunks: make([]chunkJSON, len(m.Chunks))}
 	for i, c := range m.Chunks {
 		j.Chunks[i] = chunkJSON{Sum: hex.EncodeToString(c.Sum[:]), Pack: c.Pack, Off: c.Off}
+	}
+	if sn := m.Snap; sn != nil {
+		j.Snap = &snapJSON{Model: sn.Model, Fingerprint: sn.Fingerprint, NS: sn.NS, Tokens: sn.Tokens,
+			MinReusable: sn.MinReusable, Trimmable: sn.Trimmable, Keys: make([]string, len(sn.Keys))}
+		for i, k := range sn.Keys {
+			j.Snap.Keys[i] = hex.EncodeToString(k[:])
+		}
 	}
 	b, err = json.Marshal(j)
 	if err != nil {
@@ -115,7 +156,40 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		m.Chunks[i] = ChunkRef{Pack: c.Pack, Off: c.Off, Len: n}
 		copy(m.Chunks[i].Sum[:], sum)
 	}
+	if j.Snap != nil {
+		sn, err := decodeSnap(j.Snap)
+		if err != nil {
+			return nil, fmt.Errorf("manifest snapshot record: %w", err)
+		}
+		m.Snap = sn
+	}
 	return m, nil
+}
+
+func decodeSnap(j *snapJSON) (*SnapInfo, error) {
+	for _, s := range []string{j.Model, j.Fingerprint, j.NS} {
+		if len(s) > maxSnapString {
+			return nil, fmt.Errorf("a string of %d bytes: over the limit of %d", len(s), maxSnapString)
+		}
+	}
+	if j.Tokens < 0 || j.Tokens > maxSnapTokens {
+		return nil, fmt.Errorf("%d tokens: want 0 to %d", j.Tokens, maxSnapTokens)
+	}
+	if j.MinReusable < 0 || j.MinReusable > j.Tokens {
+		return nil, fmt.Errorf("minimum reusable offset %d of %d tokens", j.MinReusable, j.Tokens)
+	}
+	if want := j.Tokens/groupTokens + 1; int64(len(j.Keys)) != want {
+		return nil, fmt.Errorf("%d chain keys for %d tokens, want %d", len(j.Keys), j.Tokens, want)
+	}
+	sn := &SnapInfo{Model: j.Model, Fingerprint: j.Fingerprint, NS: j.NS, Tokens: j.Tokens,
+		MinReusable: j.MinReusable, Trimmable: j.Trimmable, Keys: make([][32]byte, len(j.Keys))}
+	for i, k := range j.Keys {
+		if !isHash(k) {
+			return nil, fmt.Errorf("chain key %d: %q is not a sha256", i, k)
+		}
+		hex.Decode(sn.Keys[i][:], []byte(k))
+	}
+	return sn, nil
 }
 
 // isHash reports whether s is a sha256 in lower-case hex, as object names

@@ -49,6 +49,7 @@ type Pool struct {
 	known     map[[32]byte]loc     // chunks this host believes are in the pool
 	manifests map[string]*Manifest // manifests read, by hash (immutable)
 	touched   map[string]time.Time // when this host last recorded a use of each name (evict.go)
+	snaps     map[string]*SnapInfo // records made late, by manifest (match.go)
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
 }
@@ -113,6 +114,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		known:     map[[32]byte]loc{},
 		manifests: map[string]*Manifest{},
 		touched:   map[string]time.Time{},
+		snaps:     map[string]*SnapInfo{},
 	}
 	if cfg.CacheDir != "" {
 		if cfg.CacheBytes == 0 {

@@ -378,6 +378,9 @@ func TestManifestRejects(t *testing.T) {
 func FuzzDecodeManifest(f *testing.F) {
 	f.Add([]byte(`{"v":1,"size":0,"chunk_size":65536,"chunks":[]}`))
 	f.Add([]byte(`{"v":1,"size":70000,"chunk_size":65536,"chunks":[{"sum":"` + strings.Repeat("a", 64) + `","pack":"` + strings.Repeat("b", 64) + `","off":0},{"sum":"` + strings.Repeat("c", 64) + `","pack":"` + strings.Repeat("d", 64) + `","off":65536}]}`))
+	snap := `,"snap":{"model":"m","fingerprint":"f","ns":"","tokens":300,"min_reusable":0,"trimmable":true,"keys":["` + strings.Repeat("e", 64) + `","` + strings.Repeat("f", 64) + `"]}}`
+	f.Add([]byte(`{"v":1,"size":0,"chunk_size":65536,"chunks":[]` + snap))
+	f.Add([]byte(`{"v":1,"size":0,"chunk_size":65536,"chunks":[],"snap":{"tokens":300,"min_reusable":301,"keys":[]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := pool.DecodeManifest(b)
 		if err != nil {
@@ -395,6 +398,10 @@ func FuzzDecodeManifest(f *testing.F) {
 			if m.Chunks[i] != m2.Chunks[i] {
 				t.Fatalf("chunk %d: %+v != %+v", i, m.Chunks[i], m2.Chunks[i])
 			}
+		}
+		if (m.Snap == nil) != (m2.Snap == nil) || m.Snap != nil && (m.Snap.Tokens != m2.Snap.Tokens || len(m.Snap.Keys) != len(m2.Snap.Keys) ||
+			m.Snap.Model != m2.Snap.Model || m.Snap.MinReusable != m2.Snap.MinReusable) {
+			t.Fatalf("snapshot record round trip: %+v != %+v", m.Snap, m2.Snap)
 		}
 	})
 }

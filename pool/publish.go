@@ -27,9 +27,10 @@ func (p *Pool) Publish(ctx context.Context, path string, r io.ReaderAt, size int
 	if size < 0 || size > maxFileSize {
 		return fmt.Errorf("publish %s: size %d out of range", path, size)
 	}
+	snap := snapInfo(r, size, path)
 	var err error
 	for range 3 {
-		if err = p.publishOnce(ctx, path, r, size); !errors.Is(err, ErrLeaseLost) {
+		if err = p.publishOnce(ctx, path, r, size, snap); !errors.Is(err, ErrLeaseLost) {
 			break
 		}
 		p.log.Warn("pool: publish lost its etcd lease; starting over", "path", path)
@@ -75,7 +76,7 @@ type publishing struct {
 	pending  map[[32]byte]int // chunk in the open pack → its first ref
 }
 
-func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64) error {
+func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo) error {
 	octx, cancel := p.op(ctx)
 	sess, err := p.coord.session(octx)
 	cancel()
@@ -93,7 +94,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	}()
 
 	p.learnNames(ctx)
-	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize},
+	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize, Snap: snap},
 		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
 	buf := make([]byte, p.chunkSize)
 	for off := int64(0); off < size; off += p.chunkSize {

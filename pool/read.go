@@ -37,6 +37,16 @@ func (f *File) Size() int64 { return f.m.Size }
 // (checked against its hash), and the presence of its pack objects. A
 // name that is missing, or whose objects are, is fs.ErrNotExist.
 func (p *Pool) Open(ctx context.Context, path string) (*File, error) {
+	f, err := p.open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	p.touch(ctx, path)
+	return f, nil
+}
+
+// open is Open without recording a use.
+func (p *Pool) open(ctx context.Context, path string) (*File, error) {
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
@@ -71,7 +81,6 @@ func (p *Pool) Open(ctx context.Context, path string) (*File, error) {
 		}
 	}
 	p.learn(name, m)
-	p.touch(ctx, path)
 	return &File{p: p, path: path, m: m}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	crand "crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +19,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvfs/kvfs/internal/snapgen"
+	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
 )
 
 // poolMount mounts the pool of env with kvfs mount --pool (in the
@@ -35,6 +40,10 @@ func poolMount(t *testing.T, env []string, name string) string {
 		t.Fatalf("kvfs mount --pool (%s): exit %d\n%s%s", name, code, out, errOut)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "host-"+name, "kvfs.log"))
+			t.Logf("daemon %s's log:\n%s", name, lastLines(log, 30))
+		}
 		if code, out, errOut := poolKvfs(t, env, "unmount", mnt); code != 0 {
 			t.Errorf("kvfs unmount %s: exit %d\n%s%s", mnt, code, out, errOut)
 		}
@@ -215,10 +224,33 @@ func TestPoolMountTwoHosts(t *testing.T) {
 	}
 	t.Logf("series: %d distinct chunks, %d bytes stored once", len(distinct), want)
 
+	// A snapshot written through A, as the engine writes it (tmp,
+	// rename), is matched by a lookup of the pool and read through B.
+	tokens := snapgen.Tokens(1300, 21)
+	h, tensors := snapgen.Tiny.Snapshot(tokens)
+	src := filepath.Join(t.TempDir(), "s.mlxkv")
+	if _, _, err := (&mlx.Writer{}).Write(src, h, tensors); err != nil {
+		t.Fatal(err)
+	}
+	snapBytes, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engineWrite(t, filepath.Join(a, "models", "llama", "s.mlxkv"), snapBytes, 2)
+	tokFile := filepath.Join(t.TempDir(), "prompt.json")
+	prompt, _ := json.Marshal(snapgen.Extend(tokens[:1000], 20, 3))
+	os.WriteFile(tokFile, prompt, 0o644)
+	code, out2, errOut := poolKvfs(t, env, "match", "--model", h.ModelID, "--fingerprint", h.ConfigFingerprint, "--tokens", tokFile)
+	var r store.MatchResult
+	if code != 0 || json.Unmarshal([]byte(out2), &r) != nil || !r.Hit || r.Path != "models/llama/s.mlxkv" || r.Tokens != 1000 || !r.Trim {
+		t.Fatalf("kvfs match --pool: exit %d: %s%s", code, out2, errOut)
+	}
+	waitFor(t, "the matched snapshot through B", func() error { return sameBytes(filepath.Join(b, r.Path), snapBytes, 4) })
+
 	// kvfs stats of a pool mount's directory: the pool's figures and the
 	// host's cache (B read every file, so it holds chunks).
 	code, stats, errOut := poolKvfs(t, env, "stats", filepath.Join(filepath.Dir(b), "host-b"))
-	if code != 0 || !strings.Contains(stats, "names:         7\n") || !regexp.MustCompile(`cache: +[1-9][0-9]* chunks`).MatchString(stats) {
+	if code != 0 || !strings.Contains(stats, "names:         8\n") || !regexp.MustCompile(`cache: +[1-9][0-9]* chunks`).MatchString(stats) {
 		t.Fatalf("kvfs stats of B's directory: exit %d\n%s%s", code, stats, errOut)
 	}
 	t.Logf("kvfs stats:\n%s", stats)

@@ -27,13 +27,16 @@ import (
 // docs/PREFIX.md, the same answer as /.kvfs/match in a mount.
 
 func runMatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("match", "--model M --fingerprint F [--ns NS] --tokens FILE (STORE | --mount MNT)",
+	fs := newFlags("match", "--model M --fingerprint F [--ns NS] --tokens FILE (STORE | --mount MNT | --pool POOL)",
 		`Find the snapshot whose tokens best seed a prompt, by the engine's rules
 (docs/PREFIX.md), and print the answer as JSON: {"hit", "path", "tokens",
 "snapshotTokens", "trim"} or {"hit": false, "reason"}. FILE holds the
 prompt's tokens as a JSON array, or as raw little-endian u32 ("-": standard
 input). With STORE, the lookup runs in the store's daemon (or the store
-opened here) as the calling user; with --mount, through MNT/.kvfs/match.`)
+opened here) as the calling user; with --mount, through MNT/.kvfs/match;
+with --pool (or $KVFS_POOL, when neither STORE nor --mount is given), among
+the snapshots every host of the pool published, by the same rules (the
+earliest published name wins a tie).`)
 	var q store.MatchQuery
 	fs.StringVar(&q.Model, "model", "", "the snapshots' modelId")
 	fs.StringVar(&q.Fingerprint, "fingerprint", "", "the snapshots' configFingerprint")
@@ -42,23 +45,39 @@ opened here) as the calling user; with --mount, through MNT/.kvfs/match.`)
 	format := fs.String("tokens-format", "auto", `how FILE holds the tokens: "json", "u32", or "auto" (a JSON array if it
 parses as one, else raw u32: a raw file that is also a JSON array needs "u32")`)
 	mnt := fs.String("mount", "", "look up through this kvfs mount")
+	var pf poolFlags
+	pf.add(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if q.Model == "" || q.Fingerprint == "" || *tokens == "" {
 		return usagef("want --model, --fingerprint and --tokens")
 	}
-	if (*mnt == "") == (fs.NArg() != 1) || fs.NArg() > 1 {
-		return usagef("want STORE or --mount MNT")
+	inPool := fs.Changed("pool") || pf.pool != "" && *mnt == "" && fs.NArg() == 0
+	switch {
+	case fs.NArg() > 1:
+		return usagef("want one STORE")
+	case inPool && (*mnt != "" || fs.NArg() == 1):
+		return usagef("want one of STORE, --mount MNT and --pool POOL")
+	case !inPool && (*mnt == "") == (fs.NArg() != 1):
+		return usagef("want STORE, --mount MNT or --pool POOL")
 	}
 	var err error
 	if q.Tokens, err = readTokens(*tokens, *format); err != nil {
 		return err
 	}
 	var r *store.MatchResult
-	if *mnt != "" {
+	switch {
+	case inPool:
+		p, perr := pf.withoutCache().open(ctx, stderr)
+		if perr != nil {
+			return perr
+		}
+		defer p.Close()
+		r, err = p.Match(ctx, q)
+	case *mnt != "":
 		r, err = matchMount(*mnt, q)
-	} else {
+	default:
 		r, err = matchStore(fs.Arg(0), q)
 	}
 	if err != nil {

@@ -1,0 +1,249 @@
+package pool
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
+)
+
+// snapInfo describes the file of size bytes at r, published as path, if
+// path names a snapshot (.mlxkv) and its header parses; nil otherwise (a
+// file that is not a snapshot is published all the same, and is never a
+// lookup's answer).
+func snapInfo(r io.ReaderAt, size int64, path string) *SnapInfo {
+	// The engine writes NAME.mlxkv.tmp and renames it: the record is
+	// made at the publish of the temporary name, and moves with it.
+	if !strings.HasSuffix(path, ".mlxkv") && !strings.HasSuffix(path, ".mlxkv.tmp") {
+		return nil
+	}
+	sn, _ := snapRecord(r, size, path)
+	return sn
+}
+
+// snapRecord is snapInfo with the read error that kept it from telling
+// whether the file is a snapshot (nil, nil: it is not one).
+func snapRecord(r io.ReaderAt, size int64, path string) (*SnapInfo, error) {
+	s, err := mlx.Parse(r, size, path)
+	var fe *mlx.FormatError
+	if errors.As(err, &fe) && fe.Check == "read" {
+		return nil, err
+	}
+	if err != nil {
+		return nil, nil
+	}
+	h := s.Header
+	keys := mlx.ChainKeys(h.ModelID, h.ConfigFingerprint, h.NS, h.Tokens)
+	sn := &SnapInfo{Model: h.ModelID, Fingerprint: h.ConfigFingerprint, NS: h.NS, Tokens: int64(len(h.Tokens)),
+		MinReusable: mlx.MinReusable(h), Trimmable: mlx.Trimmable(h), Keys: make([][32]byte, len(keys))}
+	for i, k := range keys {
+		sn.Keys[i] = k
+	}
+	if decodeSnapCheck(sn) != nil {
+		return nil, nil // beyond what a manifest may hold: not indexed
+	}
+	return sn, nil
+}
+
+// decodeSnapCheck applies DecodeManifest's limits to a record about to be
+// written.
+func decodeSnapCheck(sn *SnapInfo) error {
+	j := &snapJSON{Model: sn.Model, Fingerprint: sn.Fingerprint, NS: sn.NS, Tokens: sn.Tokens,
+		MinReusable: sn.MinReusable, Keys: make([]string, len(sn.Keys))}
+	for i := range j.Keys {
+		j.Keys[i] = strings.Repeat("0", 64)
+	}
+	_, err := decodeSnap(j)
+	return err
+}
+
+// namedSnap is one snapshot name as a lookup sees it.
+type namedSnap struct {
+	path    string
+	created int64 // the name's etcd CreateRevision: the earliest published wins a tie
+	snap    *SnapInfo
+	depth   int // how many of the prompt's groups its chain keys share
+}
+
+// Match finds the pool's snapshot whose tokens best seed prompt q, by the
+// rules of the single-host lookup (docs/PREFIX.md, store.Match): p =
+// min(common prefix, len(prompt)-1); the longest p wins, a tie goes to
+// the earliest published name; a snapshot must be reusable at p and, if
+// longer, trimmable. Candidates come from the chain keys in the names'
+// manifests (read once per host: they are immutable); each candidate that
+// may win is then opened and its own header read, through checked chunks,
+// so that what a manifest claims only chooses what to read. Only names
+// ending in .mlxkv are answers.
+func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResult, error) {
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesPrefix(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("match: etcd: list names: %w", p.explain(ctx, err))
+	}
+	keys := mlx.ChainKeys(q.Model, q.Fingerprint, q.NS, q.Tokens)
+	var cands []*namedSnap
+	model, ns := false, false
+	for _, kv := range resp.Kvs {
+		path := string(kv.Key[len(p.coord.namesPrefix()):])
+		if !strings.HasSuffix(path, ".mlxkv") {
+			continue
+		}
+		m, err := p.manifest(ctx, string(kv.Value))
+		if err != nil {
+			// A name gone or damaged meanwhile is no candidate; the
+			// lookup answers from the others.
+			p.log.Warn("pool: match: a snapshot's manifest unreadable; passed over", "path", path, "err", err)
+			continue
+		}
+		p.learn(string(kv.Value), m)
+		sn := m.Snap
+		if sn == nil {
+			sn = p.lateSnap(ctx, path, string(kv.Value))
+		}
+		if sn == nil || sn.Model != q.Model || sn.Fingerprint != q.Fingerprint {
+			continue
+		}
+		model = true
+		if sn.Keys[0] != keys[0] {
+			continue
+		}
+		ns = true
+		d := 0
+		for d+1 < len(keys) && d+1 < len(sn.Keys) && sn.Keys[d+1] == keys[d+1] {
+			d++
+		}
+		if d > 0 {
+			cands = append(cands, &namedSnap{path: path, created: kv.CreateRevision, snap: sn, depth: d})
+		}
+	}
+	switch {
+	case !model:
+		return &store.MatchResult{Reason: store.MissNoModel}, nil
+	case !ns:
+		return &store.MatchResult{Reason: store.MissNamespace}, nil
+	case len(keys) < 2:
+		return &store.MatchResult{Reason: store.MissPromptShort}, nil
+	}
+	// Deepest first: a candidate sharing d groups shares fewer than
+	// 256(d+1) tokens, so once the best reaches that, the rest cannot
+	// beat it.
+	slices.SortFunc(cands, func(a, b *namedSnap) int {
+		return cmp.Or(cmp.Compare(b.depth, a.depth), cmp.Compare(a.created, b.created))
+	})
+	prompt := int64(len(q.Tokens))
+	var best *namedSnap
+	var bestP, missP int64 = 0, -1
+	miss := store.MissNoCommonPrefix
+	for _, c := range cands {
+		if best != nil && bestP >= int64(c.depth+1)*mlx.GroupTokens {
+			break
+		}
+		h, err := p.header(ctx, c.path)
+		if err != nil {
+			p.log.Warn("pool: match: a candidate's header unreadable; passed over", "path", c.path, "err", err)
+			continue
+		}
+		if h.ModelID != q.Model || h.ConfigFingerprint != q.Fingerprint || h.NS != q.NS {
+			continue // its manifest's record was wrong
+		}
+		pl := min(commonPrefix(h.Tokens, q.Tokens), prompt-1)
+		if pl <= 0 || !store.Better(pl, uint64(c.created), bestP, createdOf(best)) {
+			continue
+		}
+		if why := store.Rejection(pl, int64(len(h.Tokens)), mlx.MinReusable(h), mlx.Trimmable(h)); why != "" {
+			if pl > missP {
+				miss, missP = why, pl
+			}
+			continue
+		}
+		best, bestP = c, pl
+	}
+	if best == nil {
+		return &store.MatchResult{Reason: miss}, nil
+	}
+	n := best.snap.Tokens
+	r := &store.MatchResult{Hit: true, Path: best.path, Tokens: bestP, SnapshotTokens: n, Trim: n > bestP}
+	if !utf8.ValidString(best.path) {
+		r.PathBytes = []byte(best.path)
+	}
+	return r, nil
+}
+
+// lateSnap is the snapshot record of a manifest published without one
+// (a file renamed into a .mlxkv name, or published by a kvfs before the
+// record), made from its header: once per manifest per host (manifests
+// are immutable), nil for a file that is not a snapshot.
+func (p *Pool) lateSnap(ctx context.Context, path, manifest string) *SnapInfo {
+	p.mu.Lock()
+	sn, done := p.snaps[manifest]
+	p.mu.Unlock()
+	if done {
+		return sn
+	}
+	f, err := p.open(ctx, path)
+	if err != nil {
+		return nil // gone or unreadable now: try again next time
+	}
+	sn, err = snapRecord(readerAtContext{f, ctx}, f.Size(), path)
+	if err != nil {
+		return nil // unread: try again next time
+	}
+	p.mu.Lock()
+	if len(p.snaps) >= maxTouched {
+		clear(p.snaps)
+	}
+	p.snaps[manifest] = sn
+	p.mu.Unlock()
+	return sn
+}
+
+func createdOf(c *namedSnap) uint64 {
+	if c == nil {
+		return 0
+	}
+	return uint64(c.created)
+}
+
+// header opens a pool file and reads its snapshot header.
+func (p *Pool) header(ctx context.Context, path string) (*mlx.Header, error) {
+	f, err := p.open(ctx, path) // a lookup is not a use (evict.go)
+	if err != nil {
+		return nil, err
+	}
+	s, err := mlx.Parse(readerAtContext{f, ctx}, f.Size(), path)
+	if err != nil {
+		return nil, err
+	}
+	return s.Header, nil
+}
+
+// readerAtContext reads a File within ctx.
+type readerAtContext struct {
+	f   *File
+	ctx context.Context
+}
+
+func (r readerAtContext) ReadAt(b []byte, off int64) (int, error) {
+	return r.f.ReadAtContext(r.ctx, b, off)
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []uint32) int64 {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return int64(i)
+		}
+	}
+	return int64(n)
+}
