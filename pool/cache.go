@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -54,6 +55,9 @@ func OpenCache(dir string, limit int64) (*Cache, error) {
 		return nil, fmt.Errorf("chunk cache %s: %w", dir, err)
 	}
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "known.db") {
+			continue // the host's index of manifests (knowledge.go)
+		}
 		b, err := hex.DecodeString(e.Name())
 		info, ierr := e.Info()
 		if err != nil || len(b) != 32 || ierr != nil || !info.Mode().IsRegular() {

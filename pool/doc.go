@@ -46,7 +46,10 @@
 //
 // Before a publish, a host reads the manifests of names it has not seen
 // (once each: manifests are immutable), and so knows which chunks the
-// pool holds and where. That knowledge is only a hint: the publish
+// pool holds and where. With a cache directory, it keeps the manifests it
+// learned in a local bbolt index (knowledge.go), so that it still knows
+// them after a restart; memory and the index are bounded, and start over
+// past their bounds. That knowledge is only a hint: the publish
 // verifies every pack it reuses (below). A prefix-growth series published
 // alternately through two hosts stores each chunk once (TestTwoHostsShare).
 //

@@ -47,7 +47,9 @@ type Pool struct {
 
 	mu        sync.Mutex
 	known     map[[32]byte]loc     // chunks this host believes are in the pool
-	manifests map[string]*Manifest // manifests read, by hash (immutable)
+	manifests map[string]*Manifest // manifests read, by hash (immutable): a cache
+	seen      map[string]bool      // manifests learned (publish.go, learn)
+	know      *knowledge           // the local index of them, with a cache directory
 	touched   map[string]time.Time // when this host last recorded a use of each name (evict.go)
 	snaps     map[string]*SnapInfo // records made late, by manifest (match.go)
 	// beforeEvict, set by tests, runs before each eviction's transaction.
@@ -113,6 +115,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		log:       cfg.Logger,
 		known:     map[[32]byte]loc{},
 		manifests: map[string]*Manifest{},
+		seen:      map[string]bool{},
 		touched:   map[string]time.Time{},
 		snaps:     map[string]*SnapInfo{},
 	}
@@ -124,6 +127,13 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 			cli.Close()
 			return nil, err
 		}
+		if p.know, err = openKnowledge(cfg.CacheDir); err != nil {
+			cli.Close()
+			return nil, err
+		}
+		if err := p.know.load(func(name string, m *Manifest) { p.remember(name, m) }); err != nil {
+			p.log.Warn("pool: local index not read", "err", err)
+		}
 	}
 	return p, nil
 }
@@ -132,7 +142,13 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 // with it) and closes the clients.
 func (p *Pool) Close() error {
 	p.coord.close()
-	return p.coord.cli.Close()
+	err := p.coord.cli.Close()
+	if p.know != nil {
+		if kerr := p.know.close(); err == nil {
+			err = kerr
+		}
+	}
+	return err
 }
 
 // op is a context for one call to a service, bounded by OpTimeout.

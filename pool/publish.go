@@ -231,14 +231,39 @@ func (w *publishing) flush(ctx context.Context) error {
 	return nil
 }
 
-// learn records the chunks of a manifest this host published or read.
+// learn records the chunks of a manifest this host published or read,
+// and the manifest in the host's index (knowledge.go).
 func (p *Pool) learn(name string, m *Manifest) {
+	if p.remember(name, m) && p.know != nil {
+		if err := p.know.add(name, m); err != nil {
+			p.log.Warn("pool: manifest not kept in the local index", "manifest", name, "err", err)
+		}
+	}
+}
+
+// remember is learn in memory only; it reports whether name was new.
+// Past its bounds each map starts over (knowledge.go).
+func (p *Pool) remember(name string, m *Manifest) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(p.manifests) >= maxCachedManifests {
+		clear(p.manifests)
+	}
 	p.manifests[name] = m
+	if p.seen[name] {
+		return false
+	}
+	if len(p.seen) >= maxSeen {
+		clear(p.seen)
+	}
+	p.seen[name] = true
+	if len(p.known) >= maxKnown {
+		clear(p.known)
+	}
 	for _, c := range m.Chunks {
 		p.known[c.Sum] = loc{pack: c.Pack, off: c.Off, len: c.Len}
 	}
+	return true
 }
 
 // learnNames reads the manifests of names this host has not seen, so
@@ -256,7 +281,7 @@ func (p *Pool) learnNames(ctx context.Context) {
 	}
 	for _, name := range names {
 		p.mu.Lock()
-		_, seen := p.manifests[name]
+		seen := p.seen[name]
 		p.mu.Unlock()
 		if seen {
 			continue

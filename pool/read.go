@@ -64,24 +64,49 @@ func (p *Pool) open(ctx context.Context, path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
 	}
+	if err := p.checkPacks(ctx, path, m); err != nil {
+		return nil, err
+	}
+	p.learn(name, m)
+	return &File{p: p, path: path, m: m}, nil
+}
+
+// checkPacks checks that every pack m uses exists, asking S3 about up
+// to readers of them at once: a missing one is fs.ErrNotExist. One
+// that S3 cannot answer about passes if every chunk of m in it is cached.
+func (p *Pool) checkPacks(ctx context.Context, path string, m *Manifest) error {
 	packs := map[string]bool{}
 	for _, c := range m.Chunks {
 		packs[c.Pack] = true
 	}
+	errs := make(chan error, len(packs))
+	sem := make(chan struct{}, readers)
 	for pack := range packs {
-		octx, cancel := p.op(ctx)
-		_, err := p.objs.Stat(octx, packDir+pack)
-		cancel()
-		if errors.Is(err, ErrNoObject) {
-			p.forgetPack(pack)
-			return nil, fmt.Errorf("open %s: pack %s is missing from the pool: %w", path, pack, fs.ErrNotExist)
-		}
-		if err != nil && !p.allCached(m, pack) {
-			return nil, fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			octx, cancel := p.op(ctx)
+			_, err := p.objs.Stat(octx, packDir+pack)
+			cancel()
+			switch {
+			case errors.Is(err, ErrNoObject):
+				p.forgetPack(pack)
+				err = fmt.Errorf("open %s: pack %s is missing from the pool: %w", path, pack, fs.ErrNotExist)
+			case err != nil && p.allCached(m, pack):
+				err = nil
+			case err != nil:
+				err = fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range packs {
+		if err := <-errs; err != nil && (first == nil || errors.Is(err, fs.ErrNotExist)) {
+			first = err // a missing pack says more than a slow service
 		}
 	}
-	p.learn(name, m)
-	return &File{p: p, path: path, m: m}, nil
+	return first
 }
 
 // allCached reports whether every chunk of m in pack is in the local
@@ -178,7 +203,8 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 	return n, nil
 }
 
-// readers is how many chunks one read fetches at once.
+// readers is how many chunks one read fetches at once, and how many
+// packs an open asks about at once.
 const readers = 8
 
 // fetch fills out with chunks first, first+1, ...: the one the file read
