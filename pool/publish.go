@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -72,8 +73,27 @@ type publishing struct {
 	packRefs []int // indexes into m.Chunks of the chunks in pack
 	m        Manifest
 	verified map[string]bool  // packs uploaded or found during this attempt
-	fresh    map[[32]byte]loc // chunks uploaded during this attempt
+	fresh    map[[32]byte]loc // chunks uploaded (or being uploaded) during this attempt
 	pending  map[[32]byte]int // chunk in the open pack → its first ref
+
+	// Packs upload in the background, up to uploadsInFlight at once,
+	// while the next ones fill: wait collects them before the manifest
+	// goes up.
+	uploads   sync.WaitGroup
+	slots     chan struct{}
+	uploadMu  sync.Mutex
+	uploadErr error
+}
+
+// uploadsInFlight is how many packs one publish uploads at once.
+const uploadsInFlight = 2
+
+// wait waits for the packs being uploaded, and returns the first error.
+func (w *publishing) wait() error {
+	w.uploads.Wait()
+	w.uploadMu.Lock()
+	defer w.uploadMu.Unlock()
+	return w.uploadErr
 }
 
 func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo) error {
@@ -96,6 +116,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	p.learnNames(ctx)
 	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize, Snap: snap},
 		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
+	defer w.wait() // no upload outlives its attempt (before the key goes)
 	buf := make([]byte, p.chunkSize)
 	for off := int64(0); off < size; off += p.chunkSize {
 		select {
@@ -119,6 +140,10 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		}
 	}
 	if err := w.flush(ctx); err != nil {
+		w.wait()
+		return err
+	}
+	if err := w.wait(); err != nil {
 		return err
 	}
 	name, b, err := w.m.Encode()
@@ -211,23 +236,48 @@ func (w *publishing) flush(ctx context.Context) error {
 	if w.pack.Len() == 0 {
 		return nil
 	}
-	sum := sha256.Sum256(w.pack.Bytes())
-	name := hex.EncodeToString(sum[:])
-	octx, cancel := w.p.op(ctx)
-	err := w.p.objs.Put(octx, packDir+name, bytes.NewReader(w.pack.Bytes()), int64(w.pack.Len()))
-	cancel()
+	w.uploadMu.Lock()
+	err := w.uploadErr
+	w.uploadMu.Unlock()
 	if err != nil {
-		return err
+		return err // an upload failed: the attempt fails
 	}
+	body := bytes.Clone(w.pack.Bytes())
+	sum := sha256.Sum256(body)
+	name := hex.EncodeToString(sum[:])
 	for _, i := range w.packRefs {
 		c := &w.m.Chunks[i]
 		c.Pack = name
 		w.fresh[c.Sum] = loc{pack: name, off: c.Off, len: c.Len}
 	}
+	// Counted as verified now: the manifest goes up only once every
+	// upload of the attempt has succeeded (wait).
 	w.verified[name] = true
 	w.pack.Reset()
 	w.packRefs = w.packRefs[:0]
 	clear(w.pending)
+	if w.slots == nil {
+		w.slots = make(chan struct{}, uploadsInFlight)
+	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.uploads.Add(1)
+	go func() {
+		defer func() { <-w.slots; w.uploads.Done() }()
+		octx, cancel := w.p.op(ctx)
+		err := w.p.objs.Put(octx, packDir+name, bytes.NewReader(body), int64(len(body)))
+		cancel()
+		if err != nil {
+			w.uploadMu.Lock()
+			if w.uploadErr == nil {
+				w.uploadErr = err
+			}
+			w.uploadMu.Unlock()
+		}
+	}()
 	return nil
 }
 

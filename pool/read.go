@@ -23,12 +23,30 @@ type File struct {
 	path string
 	m    *Manifest
 
-	mu   sync.Mutex // guards last
+	mu   sync.Mutex // guards last, ahead and next
 	last struct {
 		i    int
 		data []byte // nil: none
 	}
+	// ahead are the chunks fetched ahead of a sequential reader, by
+	// index; next is the chunk after the last read's last.
+	ahead map[int]*pending
+	next  int
 }
+
+// pending is a chunk being fetched ahead: data and err are set when done
+// is closed.
+type pending struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// aheadChunks is how many chunks a sequential reader has fetched ahead of
+// it: the kernel reads a file in requests far smaller than a chunk, one
+// after the other, so without it a cold read waits for one GET per chunk
+// in turn.
+const aheadChunks = 8
 
 // Size is the file's length.
 func (f *File) Size() int64 { return f.m.Size }
@@ -211,11 +229,43 @@ const readers = 8
 // last from memory (reads smaller than a chunk come in runs), the others
 // from the cache or the pool, up to readers at a time.
 func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
+	waits := make([]*pending, len(out))
 	f.mu.Lock()
 	if f.last.data != nil && f.last.i >= first && f.last.i < first+len(out) {
 		out[f.last.i-first] = f.last.data
 	}
+	for i, pd := range f.ahead {
+		switch {
+		case i >= first && i < first+len(out):
+			if out[i-first] == nil {
+				waits[i-first] = pd
+			}
+			delete(f.ahead, i)
+		case i < first:
+			delete(f.ahead, i) // passed over
+		}
+	}
+	// Sequential: this read starts where the last ended, or in its last
+	// chunk (reads smaller than a chunk).
+	sequential := first == f.next || first == f.next-1
+	f.next = first + len(out)
 	f.mu.Unlock()
+	for k, pd := range waits {
+		if pd == nil {
+			continue
+		}
+		select {
+		case <-pd.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if pd.err == nil {
+			out[k] = pd.data
+		} // else fetched again below, which reports its own error
+	}
+	if sequential {
+		f.readAhead(first + len(out))
+	}
 	errs := make([]error, len(out))
 	sem := make(chan struct{}, readers)
 	var wg sync.WaitGroup
@@ -242,6 +292,30 @@ func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
 	f.last.i, f.last.data = first+len(out)-1, out[len(out)-1]
 	f.mu.Unlock()
 	return nil
+}
+
+// readAhead starts fetching the chunks from index from on, up to
+// aheadChunks in flight or held. A fetch outlives the read that started
+// it (each call to S3 is bounded by OpTimeout); one that fails is fetched
+// again by the read that needs it, which reports the error.
+func (f *File) readAhead(from int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ahead == nil {
+		f.ahead = map[int]*pending{}
+	}
+	for i := from; i < len(f.m.Chunks) && len(f.ahead) < aheadChunks; i++ {
+		if f.ahead[i] != nil {
+			continue
+		}
+		pd := &pending{done: make(chan struct{})}
+		f.ahead[i] = pd
+		c := f.m.Chunks[i]
+		go func() {
+			pd.data, pd.err = f.p.chunk(context.Background(), c)
+			close(pd.done)
+		}()
+	}
 }
 
 // chunk returns a chunk's bytes, checked against its sha256.

@@ -16,13 +16,13 @@ import (
 // poolEnv starts etcd and an S3 server with scripts/services, as the
 // README tells users to, and returns the environment it printed (stopped
 // at cleanup).
-func poolEnv(t *testing.T) []string {
+func poolEnv(t testing.TB) []string {
 	env, _ := poolServices(t)
 	return env
 }
 
 // poolServices is poolEnv, and the services' directory.
-func poolServices(t *testing.T) ([]string, string) {
+func poolServices(t testing.TB) ([]string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	script, err := filepath.Abs("../scripts/services")
@@ -59,7 +59,7 @@ func poolServices(t *testing.T) ([]string, string) {
 
 // poolKvfs runs kvfs with env (on top of this process's, less AWS_* and
 // KVFS_*), and returns its exit code, standard output and standard error.
-func poolKvfs(t *testing.T, env []string, args ...string) (int, string, string) {
+func poolKvfs(t testing.TB, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(kvfsBin, args...)
 	for _, kv := range os.Environ() {

@@ -28,7 +28,7 @@ import (
 // poolMount mounts the pool of env with kvfs mount --pool (in the
 // background, as users do), with its own directory (cache, spool, log),
 // and unmounts it at cleanup.
-func poolMount(t *testing.T, env []string, name string) string {
+func poolMount(t testing.TB, env []string, name string, mountArgs ...string) string {
 	t.Helper()
 	requireRoot(t)
 	dir := t.TempDir()
@@ -36,7 +36,7 @@ func poolMount(t *testing.T, env []string, name string) string {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut := poolKvfs(t, env, "mount", filepath.Join(dir, "host-"+name), mnt); code != 0 {
+	if code, out, errOut := poolKvfs(t, env, append(append([]string{"mount"}, mountArgs...), filepath.Join(dir, "host-"+name), mnt)...); code != 0 {
 		t.Fatalf("kvfs mount --pool (%s): exit %d\n%s%s", name, code, out, errOut)
 	}
 	t.Cleanup(func() {
