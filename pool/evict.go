@@ -3,7 +3,9 @@ package pool
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"time"
@@ -101,6 +103,7 @@ func (p *Pool) evict(ctx context.Context, capacity int64, minIdle time.Duration,
 	// each chunk.
 	refs := map[loc]int{}
 	chunks := map[string][]loc{} // by manifest
+	dangling := map[string]bool{}
 	for _, e := range all {
 		if _, ok := chunks[e.manifest]; ok {
 			for _, l := range chunks[e.manifest] {
@@ -109,6 +112,13 @@ func (p *Pool) evict(ctx context.Context, capacity int64, minIdle time.Duration,
 			continue
 		}
 		m, err := p.manifest(ctx, e.manifest)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Dangling: it reaches nothing, so removing it frees
+			// nothing; the sweep's marking reports it.
+			chunks[e.manifest] = nil
+			dangling[e.manifest] = true
+			continue
+		}
 		if err != nil {
 			return st, fmt.Errorf("evict: name %s: %w", e.path, err)
 		}
@@ -138,6 +148,9 @@ func (p *Pool) evict(ctx context.Context, capacity int64, minIdle time.Duration,
 	for _, e := range all {
 		if st.LiveAfter <= capacity {
 			break
+		}
+		if dangling[e.manifest] {
+			continue
 		}
 		if e.used > cutoff {
 			st.Recent++

@@ -60,3 +60,24 @@ func (p *Pool) ForgeSnap(ctx context.Context, path, from string) error {
 	defer p.coord.cli.Delete(ctx, key)
 	return p.coord.commitName(ctx, key, path, name)
 }
+
+// SnapOf is the snapshot record of path's manifest, and the manifest's
+// name.
+func (p *Pool) SnapOf(ctx context.Context, path string) (*SnapInfo, string, error) {
+	names, _, err := p.coord.names(ctx, "", 0)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := p.manifest(ctx, names[path])
+	if err != nil {
+		return nil, "", err
+	}
+	return m.Snap, names[path], nil
+}
+
+// PutRawName sets a name's etcd value as anyone with access to etcd
+// could, bypassing every check.
+func (p *Pool) PutRawName(ctx context.Context, path, value string) error {
+	_, err := p.coord.cli.Put(ctx, p.coord.namesKey(path), value)
+	return err
+}

@@ -142,7 +142,7 @@ func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResul
 	})
 	prompt := int64(len(q.Tokens))
 	var best *namedSnap
-	var bestP, missP int64 = 0, -1
+	var bestP, bestN, missP int64 = 0, 0, -1
 	miss := store.MissNoCommonPrefix
 	for _, c := range cands {
 		if best != nil && bestP >= int64(c.depth+1)*mlx.GroupTokens {
@@ -166,13 +166,13 @@ func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResul
 			}
 			continue
 		}
-		best, bestP = c, pl
+		best, bestP, bestN = c, pl, int64(len(h.Tokens))
 	}
 	if best == nil {
 		return &store.MatchResult{Reason: miss}, nil
 	}
-	n := best.snap.Tokens
-	r := &store.MatchResult{Hit: true, Path: best.path, Tokens: bestP, SnapshotTokens: n, Trim: n > bestP}
+	// From the header read, never the manifest's record (red team 21).
+	r := &store.MatchResult{Hit: true, Path: best.path, Tokens: bestP, SnapshotTokens: bestN, Trim: bestN > bestP}
 	if !utf8.ValidString(best.path) {
 		r.PathBytes = []byte(best.path)
 	}

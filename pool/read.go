@@ -274,14 +274,14 @@ func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
 			continue
 		}
 		if len(out) == 1 {
-			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+			out[k], errs[k] = f.chunk(ctx, f.m.Chunks[first+k])
 			break
 		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[k], errs[k] = f.p.chunk(ctx, f.m.Chunks[first+k])
+			out[k], errs[k] = f.chunk(ctx, f.m.Chunks[first+k])
 		}()
 	}
 	wg.Wait()
@@ -312,7 +312,7 @@ func (f *File) readAhead(from int) {
 		f.ahead[i] = pd
 		c := f.m.Chunks[i]
 		go func() {
-			pd.data, pd.err = f.p.chunk(context.Background(), c)
+			pd.data, pd.err = f.chunk(context.Background(), c)
 			close(pd.done)
 		}()
 	}
@@ -330,13 +330,7 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	cancel()
 	if errors.Is(err, ErrNoObject) {
 		p.forgetPack(c.Pack)
-		// The pack may have been rewritten (a collection copies the
-		// live chunks of sparse packs and moves the names): the chunk is
-		// its hash, so a copy anywhere in the pool serves, checked.
-		if b, ok := p.chunkElsewhere(ctx, c); ok {
-			return b, nil
-		}
-		return nil, fmt.Errorf("chunk %x: pack %s is missing from the pool: %w", c.Sum, c.Pack, syscall.EIO)
+		return nil, fmt.Errorf("chunk %x: pack %s is missing from the pool: %w: %w", c.Sum, c.Pack, errPackGone, syscall.EIO)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chunk %x: %w: %w", c.Sum, p.explain(ctx, err), syscall.EIO)
@@ -352,19 +346,50 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	return b, nil
 }
 
-// chunkElsewhere looks for a copy of chunk c outside its pack, which is
-// gone: in what this host knows after reading the manifests of the names
-// it has not seen.
-func (p *Pool) chunkElsewhere(ctx context.Context, c ChunkRef) ([]byte, bool) {
-	p.learnNames(ctx)
-	p.mu.Lock()
-	l, ok := p.known[c.Sum]
-	p.mu.Unlock()
-	if !ok || l.pack == c.Pack || l.len != c.Len {
+// errPackGone marks a chunk whose pack is missing from the pool.
+var errPackGone = errors.New("pack gone")
+
+// chunk is Pool.chunk for a chunk of f. Its pack may have gone since f
+// was opened because a collection rewrote it (copied its live chunks into
+// a new pack and moved the names): the chunk is its hash, so a copy where
+// f's name now places it serves, checked.
+func (f *File) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
+	b, err := f.p.chunk(ctx, c)
+	if errors.Is(err, errPackGone) {
+		if b, ok := f.p.chunkElsewhere(ctx, c, f.path); ok {
+			return b, nil
+		}
+	}
+	return b, err
+}
+
+// chunkElsewhere reads chunk c from where the current manifest of path
+// places it, if that is another pack (what this host learned from other
+// manifests may be older than the rewrite, so it is not asked).
+func (p *Pool) chunkElsewhere(ctx context.Context, c ChunkRef, path string) ([]byte, bool) {
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
+	cancel()
+	if err != nil || len(resp.Kvs) == 0 {
 		return nil, false
 	}
-	octx, cancel := p.op(ctx)
-	b, err := p.objs.ReadRange(octx, packDir+l.pack, l.off, l.len)
+	m, err := p.manifest(ctx, string(resp.Kvs[0].Value))
+	if err != nil {
+		return nil, false
+	}
+	p.learn(string(resp.Kvs[0].Value), m)
+	var l *ChunkRef
+	for i := range m.Chunks {
+		if m.Chunks[i].Sum == c.Sum && m.Chunks[i].Pack != c.Pack {
+			l = &m.Chunks[i]
+			break
+		}
+	}
+	if l == nil {
+		return nil, false
+	}
+	octx, cancel = p.op(ctx)
+	b, err := p.objs.ReadRange(octx, packDir+l.Pack, l.Off, l.Len)
 	cancel()
 	if err != nil || sha256.Sum256(b) != c.Sum {
 		return nil, false

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -61,9 +62,12 @@ func (p *Pool) repack(ctx context.Context, threshold float64, grace time.Duratio
 			continue
 		}
 		m, err := p.manifest(ctx, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a dangling name (the sweep's marking reports it) reaches nothing
+		}
 		if err != nil {
-			// The sweep's marking reports it; without the manifest the
-			// packs it uses are not known, so none is rewritten.
+			// Unread, the packs it uses are not known: rewriting one
+			// could leave that name on a pack the sweep then deletes.
 			return st, fmt.Errorf("repack: manifest %s: %w", name, err)
 		}
 		manifests[name] = m
@@ -209,10 +213,10 @@ func (p *Pool) rewrite(ctx context.Context, names map[string]string, manifests m
 		nm, done := newName[old]
 		if !done {
 			m := manifests[old]
-			if !usesAny(m, sparse) {
+			if m == nil || !usesAny(m, sparse) {
 				continue
 			}
-			c := &Manifest{Size: m.Size, ChunkSize: m.ChunkSize, Chunks: slices.Clone(m.Chunks)}
+			c := &Manifest{Size: m.Size, ChunkSize: m.ChunkSize, Chunks: slices.Clone(m.Chunks), Snap: m.Snap}
 			for i := range c.Chunks {
 				r := &c.Chunks[i]
 				if to, ok := moved[loc{pack: r.Pack, off: r.Off, len: r.Len}]; ok {

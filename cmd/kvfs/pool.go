@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -68,11 +69,18 @@ func (f *poolFlags) open(ctx context.Context, stderr io.Writer) (*pool.Pool, err
 // (an optional "export " before each, as scripts/services prints them) or
 // an AWS credentials file (KEY = VALUE under [default]).
 func readCredentials(path string) (key, secret string, err error) {
-	f, err := os.Open(path)
+	// Without blocking: a FIFO (or a device) named as the file would
+	// hang the command at open (red team 21).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", "", fmt.Errorf("credentials: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return "", "", fmt.Errorf("credentials: %w", err)
+	} else if !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
+		return "", "", fmt.Errorf("credentials %s: not a regular file of at most 1 MiB", path)
+	}
 	sc := bufio.NewScanner(f)
 	section := "default"
 	for sc.Scan() {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/fs/poolfs"
@@ -123,12 +124,28 @@ func writePoolConfig(storeDir string, f *poolFlags) error {
 
 // readPoolConfig returns the pool flags a pool mount's STORE was last
 // mounted with; ok false if STORE is not a pool mount's directory.
+//
+// The file says where to connect and what to read (a credentials file, a
+// cache directory), so it counts only where a pool mount could have
+// written it: not in a store (STORE/kvfs.db), a regular file (not a
+// link), owned by this user or root, and writable by no one else.
 func readPoolConfig(storeDir string, timeout time.Duration) (f poolFlags, ok bool, err error) {
+	if _, err := os.Stat(filepath.Join(storeDir, "kvfs.db")); err == nil {
+		return f, false, nil
+	}
 	path := filepath.Join(storeDir, poolConfigFile)
-	b, err := os.ReadFile(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, false, nil
 	}
+	if err != nil {
+		return f, false, err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 || st == nil || st.Uid != 0 && int(st.Uid) != os.Geteuid() || fi.Size() > 1<<20 {
+		return f, false, fmt.Errorf("%s: not a pool mount's record (want a regular file of this user or root, writable by no one else)", path)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return f, false, err
 	}
