@@ -58,11 +58,14 @@ func OpenCache(dir string, limit int64) (*Cache, error) {
 		if strings.HasPrefix(e.Name(), "known.db") {
 			continue // the host's index of manifests (knowledge.go)
 		}
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a crash (Add)
+			continue
+		}
 		b, err := hex.DecodeString(e.Name())
 		info, ierr := e.Info()
 		if err != nil || len(b) != 32 || ierr != nil || !info.Mode().IsRegular() {
-			os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a crash
-			continue
+			continue // not the cache's: left alone (the directory may be shared)
 		}
 		var sum [32]byte
 		copy(sum[:], b)

@@ -13,7 +13,8 @@ import (
 
 // TestCache: chunks survive a reopen; a chunk file damaged while the
 // cache was closed is a miss on its first read (and is removed), never
-// wrong bytes; a torn temporary file is cleared at open; the bound evicts
+// wrong bytes; a torn temporary file is cleared at open, a file that is
+// not the cache's is left alone; the bound evicts
 // the least recently used chunks.
 func TestCache(t *testing.T) {
 	dir := t.TempDir()
@@ -50,12 +51,18 @@ func TestCache(t *testing.T) {
 	bad[500] ^= 0xff
 	os.WriteFile(p2, bad, 0o600)
 	os.WriteFile(filepath.Join(dir, ".tmp-123"), []byte("torn"), 0o600)
+	// A file that is not the cache's (the directory may be shared) is
+	// left alone.
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
 	c, err = pool.OpenCache(dir, 3*1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".tmp-123")); !os.IsNotExist(err) {
 		t.Fatal("a torn temporary file survived the open")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "mine" {
+		t.Fatalf("a file that is not the cache's was touched: %q, %v", b, err)
 	}
 	if b, ok := c.Get(sums[2]); ok {
 		t.Fatalf("a damaged chunk file was returned (%d bytes)", len(b))

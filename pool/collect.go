@@ -102,31 +102,17 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 	if err := p.mark(ctx, live, &st); err != nil {
 		return st, err
 	}
-	// 2. The fence: no publish starts while it exists.
-	octx, cancel = p.op(ctx)
-	resp, err := p.coord.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(p.coord.fenceKey()), "=", 0)).
-		Then(clientv3.OpPut(p.coord.fenceKey(), fmt.Sprintf("%x", int64(sess.Lease())), clientv3.WithLease(sess.Lease()))).
-		Commit()
-	cancel()
-	if err != nil {
-		return st, fmt.Errorf("collect: etcd: put the sweep fence: %w", err)
-	}
-	if !resp.Succeeded {
-		return st, fmt.Errorf("collect: a sweep fence is already up: %w", ErrCollectorBusy)
-	}
-	defer func() {
-		dctx, cancel := p.op(context.WithoutCancel(ctx))
-		p.coord.cli.Delete(dctx, p.coord.fenceKey())
-		cancel()
-	}()
-	// 3. Wait for every publish that began before the fence to finish or
-	// lose its lease (bounded by the longest lease TTL).
-	wctx, cancel := context.WithTimeout(ctx, p.opTimeout+time.Duration(p.coord.ttl)*time.Second*3)
-	err = p.coord.waitGone(wctx, p.coord.publishPrefix(), true)
-	cancel()
-	if err != nil {
-		return st, fmt.Errorf("collect: wait for in-flight publishes: %w", err)
+	// A dry run deletes nothing, so it puts no fence and holds no
+	// publish back: it reports what a collection would delete now.
+	if !opts.DryRun {
+		if err := p.fenceAndWait(ctx, sess); err != nil {
+			return st, err
+		}
+		defer func() {
+			dctx, cancel := p.op(context.WithoutCancel(ctx))
+			p.coord.cli.Delete(dctx, p.coord.fenceKey())
+			cancel()
+		}()
 	}
 	// 4. Mark from the names now: those published since R.
 	st.Names, st.DanglingNames = 0, 0
@@ -134,6 +120,44 @@ func (p *Pool) Collect(ctx context.Context, opts CollectOptions) (CollectStats, 
 		return st, err
 	}
 	st.LiveObjects = len(live)
+	return p.sweep(ctx, sess, live, opts, st)
+}
+
+// fenceAndWait puts the sweep fence (step 2) and waits for the publishes
+// that began before it (step 3).
+func (p *Pool) fenceAndWait(ctx context.Context, sess *concurrency.Session) error {
+	// 2. The fence: no publish starts while it exists.
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(p.coord.fenceKey()), "=", 0)).
+		Then(clientv3.OpPut(p.coord.fenceKey(), fmt.Sprintf("%x", int64(sess.Lease())), clientv3.WithLease(sess.Lease()))).
+		Commit()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("collect: etcd: put the sweep fence: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("collect: a sweep fence is already up: %w", ErrCollectorBusy)
+	}
+	// 3. Wait for every publish that began before the fence to finish or
+	// lose its lease (bounded by the longest lease TTL).
+	wctx, cancel := context.WithTimeout(ctx, p.opTimeout+time.Duration(p.coord.ttl)*time.Second*3)
+	err = p.coord.waitGone(wctx, p.coord.publishPrefix(), true)
+	cancel()
+	if err != nil {
+		// The fence goes with this error: the caller has not deferred
+		// its removal yet.
+		dctx, dcancel := p.op(context.WithoutCancel(ctx))
+		p.coord.cli.Delete(dctx, p.coord.fenceKey())
+		dcancel()
+		return fmt.Errorf("collect: wait for in-flight publishes: %w", err)
+	}
+	return nil
+}
+
+// sweep is step 5: it deletes the unmarked objects older than the grace
+// period (in a dry run, counts them), while the collector's lease lives.
+func (p *Pool) sweep(ctx context.Context, sess *concurrency.Session, live map[string]bool, opts CollectOptions, st CollectStats) (CollectStats, error) {
 	// 5. Delete unmarked objects older than the grace period, while the
 	// lease is alive.
 	alive := leaseCheck(p, sess)

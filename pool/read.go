@@ -411,8 +411,19 @@ func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
 		return nil, err
 	}
 	out := make([]string, 0, len(names))
+	bad := 0
 	for n := range names {
+		// Anyone with access to etcd can write any key: a name that no
+		// publish could have made (empty parts, . or .., NUL) would
+		// show as a strange entry in a listing, or a loop of them.
+		if checkPath(n) != nil {
+			bad++
+			continue
+		}
 		out = append(out, n)
+	}
+	if bad > 0 {
+		p.log.Warn("pool: names that are not pool paths left out of a listing", "count", bad)
 	}
 	sort.Strings(out)
 	return out, nil

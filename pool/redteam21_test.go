@@ -152,3 +152,28 @@ func TestRT21OpenedBeforeRewrite(t *testing.T) {
 		t.Fatalf("n2 opened before the rewrite: %v (%d bytes, equal %v)", err, len(got), bytes.Equal(got, y))
 	}
 }
+
+// TestListLeavesOutBadNames: names written into etcd by hand that no
+// publish could make (empty parts, . or ..) are left out of listings
+// (kvfs pool ls, a pool mount's directories).
+func TestListLeavesOutBadNames(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, ""))
+	data := randBytes(1000, 3)
+	if err := a.Publish(ctx, "ok", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	_, m, err := a.SnapOf(ctx, "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"a//b", "../up", "./x", "d/..", "/abs", ""} {
+		if err := a.PutRawName(ctx, bad, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, err := a.List(ctx, "")
+	if err != nil || len(names) != 1 || names[0] != "ok" {
+		t.Fatalf("list: %q, %v; want only ok", names, err)
+	}
+}
