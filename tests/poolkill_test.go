@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"bytes"
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
@@ -123,4 +124,65 @@ func engineWriteErr(final string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, final)
+}
+
+// TestPoolMountKeepsUnpublished: a file closed while etcd is down (it went
+// down after the open) cannot
+// be published: its close fails (after --pool-timeout), and its bytes are
+// kept in the host's spool directory under a name that says so, with a
+// log line that says how to publish them; once etcd is back, kvfs pool put
+// of the kept file publishes it, and the mount reads it.
+func TestPoolMountKeepsUnpublished(t *testing.T) {
+	env, svc := poolServices(t)
+	a := poolMount(t, env, "a", "--pool-timeout", "2s")
+	host := filepath.Join(filepath.Dir(a), "host-a")
+	services := func(args ...string) {
+		t.Helper()
+		script, _ := filepath.Abs("../scripts/services")
+		cmd := exec.Command(script, args...)
+		cmd.Env = append(os.Environ(), "KVFS_SERVICES_DIR="+svc)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/services %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	data := make([]byte, 2<<20+123)
+	crand.Read(data)
+	f, err := os.Create(filepath.Join(a, "x.mlxkv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stopped after the open (which lists names), before the writes: the
+	// services script's fork closes its copy of f at exec, a FLUSH that
+	// publishes whatever was written by then.
+	services("stop", "etcd")
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err == nil {
+		t.Fatal("a file closed while etcd is down was reported written")
+	}
+	var kept string
+	for deadline := time.Now().Add(20 * time.Second); kept == "" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		m, _ := filepath.Glob(filepath.Join(host, "spool", "unpublished-*-x.mlxkv"))
+		if len(m) == 1 {
+			if b, err := os.ReadFile(m[0]); err == nil && len(b) == len(data) {
+				kept = m[0]
+			}
+		}
+	}
+	if kept == "" {
+		log, _ := os.ReadFile(filepath.Join(host, "kvfs.log"))
+		t.Fatalf("the bytes of the file were not kept in %s/spool\n%s", host, lastLines(log, 20))
+	}
+	if b, _ := os.ReadFile(kept); !bytes.Equal(b, data) {
+		t.Fatal("the kept bytes differ from those written")
+	}
+	if log, _ := os.ReadFile(filepath.Join(host, "kvfs.log")); !strings.Contains(string(log), "kvfs pool put "+kept+" x.mlxkv") {
+		t.Fatalf("the log does not say how to publish the kept file:\n%s", lastLines(log, 20))
+	}
+	services("start")
+	if code, out, errOut := poolKvfs(t, env, "pool", "put", kept, "x.mlxkv"); code != 0 {
+		t.Fatalf("pool put of the kept file: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, "the published file through the mount", func() error { return sameBytes(filepath.Join(a, "x.mlxkv"), data, 2) })
 }

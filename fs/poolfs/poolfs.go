@@ -27,6 +27,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -548,6 +549,46 @@ func (w *writer) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (w *writer) Release(ctx context.Context) syscall.Errno {
 	e := w.publish(context.WithoutCancel(ctx))
+	if e != 0 {
+		w.keep()
+	}
 	w.spool.Close()
 	return e
+}
+
+// keep saves the bytes of a file whose last publish failed (S3 or etcd
+// unreachable at its close) into the spool directory under a name that
+// says so, and logs how to publish them: the writer's close reported the
+// error, but the bytes are not thrown away with the spool.
+func (w *writer) keep() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	log := w.fsys.opts.Logger
+	fi, err := w.spool.Stat()
+	if err != nil {
+		log.Error("pool mount: the bytes of a file not published are lost", "path", w.path, "err", err)
+		return
+	}
+	base := strings.Map(func(r rune) rune {
+		if r == '/' || r < ' ' || r == utf8.RuneError {
+			return '_'
+		}
+		return r
+	}, path.Base(w.path))
+	f, err := os.CreateTemp(w.fsys.opts.SpoolDir, "unpublished-"+time.Now().UTC().Format("20060102T150405")+"-*-"+base)
+	if err == nil {
+		_, err = io.Copy(f, io.NewSectionReader(w.spool, 0, fi.Size()))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+		}
+	}
+	if err != nil {
+		log.Error("pool mount: the bytes of a file not published are lost", "path", w.path, "err", err)
+		return
+	}
+	log.Error("pool mount: a file could not be published at its close; its bytes are kept",
+		"path", w.path, "kept", f.Name(), "publish them with", "kvfs pool put "+f.Name()+" "+w.path)
 }
