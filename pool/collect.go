@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -186,33 +187,55 @@ func (p *Pool) sweep(ctx context.Context, sess *concurrency.Session, live map[st
 		if err != nil {
 			return st, fmt.Errorf("collect: %w", err)
 		}
-		for _, o := range victims {
+		// Deleted `deleters` at a time, so that the fence (which holds
+		// every publish back) comes down sooner; each batch must be over
+		// while the lease surely lives: a stalled DELETE landing after
+		// the fence went could remove what a new publish just verified.
+		for len(victims) > 0 {
+			batch := victims[:min(deleters, len(victims))]
+			victims = victims[len(batch):]
 			if !opts.DryRun {
 				deadline, err := alive(ctx)
 				if err != nil {
 					return st, err
 				}
-				// The delete must be over while the lease surely lives: a
-				// stalled DELETE landing after the fence went could remove
-				// what a new publish just verified.
-				octx, cancel := context.WithDeadline(ctx, deadline)
-				err = p.objs.Delete(octx, o.Name)
-				cancel()
-				if err != nil {
+				if err := p.deleteAll(ctx, deadline, batch); err != nil {
 					return st, fmt.Errorf("collect: %w", err)
 				}
-				if strings.HasPrefix(o.Name, packDir) {
-					p.forgetPack(strings.TrimPrefix(o.Name, packDir))
-				}
 			}
-			st.Deleted++
-			st.DeletedBytes += o.Size
-			if opts.Progress != nil {
-				opts.Progress(o.Name, o.Size)
+			for _, o := range batch {
+				st.Deleted++
+				st.DeletedBytes += o.Size
+				if opts.Progress != nil {
+					opts.Progress(o.Name, o.Size)
+				}
 			}
 		}
 	}
 	return st, nil
+}
+
+// deleters is how many objects a sweep deletes at once.
+const deleters = 8
+
+// deleteAll deletes the objects, all at once, each within deadline; the
+// first error, once all are done.
+func (p *Pool) deleteAll(ctx context.Context, deadline time.Time, objs []ObjectInfo) error {
+	octx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	errs := make([]error, len(objs))
+	var wg sync.WaitGroup
+	for i, o := range objs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = p.objs.Delete(octx, o.Name); errs[i] == nil && strings.HasPrefix(o.Name, packDir) {
+				p.forgetPack(strings.TrimPrefix(o.Name, packDir))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // mark adds to live the manifests the names reach now and their packs.

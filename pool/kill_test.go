@@ -48,20 +48,36 @@ func TestKillMidPublish(t *testing.T) {
 		}
 		var mu sync.Mutex
 		done := make(chan struct{})
+		first := make(chan struct{})
 		go func() {
 			defer close(done)
 			sc := bufio.NewScanner(out)
-			for sc.Scan() {
+			for n := 0; sc.Scan(); {
 				f := strings.Fields(sc.Text())
 				if len(f) == 3 && f[0] == "published" {
 					seed, _ := strconv.ParseUint(f[2], 10, 64)
 					mu.Lock()
 					published[f[1]] = seed
 					mu.Unlock()
+					if n++; n == 1 {
+						close(first)
+					}
 				}
 			}
 		}()
-		time.Sleep(time.Duration(200+r.IntN(800)) * time.Millisecond)
+		// The kill comes at a random moment after the child's first
+		// publish, so that a slow start (the race detector, a loaded
+		// machine) still leaves each round something published and a
+		// publish in flight to kill.
+		select {
+		case <-first:
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("round %d: the publisher published nothing in 2 minutes\n%s", round, stderr.String())
+		}
+		time.Sleep(time.Duration(r.IntN(800)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-done
 		err = cmd.Wait()
