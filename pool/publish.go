@@ -22,24 +22,32 @@ import (
 // in the pool are not uploaded again. A publish whose lease expired
 // starts over (r is read again), at most three times.
 func (p *Pool) Publish(ctx context.Context, path string, r io.ReaderAt, size int64) error {
+	_, err := p.PublishVersion(ctx, path, r, size)
+	return err
+}
+
+// PublishVersion is Publish, returning the manifest the name now points
+// to (see Resolve).
+func (p *Pool) PublishVersion(ctx context.Context, path string, r io.ReaderAt, size int64) (string, error) {
 	if err := checkPath(path); err != nil {
-		return err
+		return "", err
 	}
 	if size < 0 || size > maxFileSize {
-		return fmt.Errorf("publish %s: size %d out of range", path, size)
+		return "", fmt.Errorf("publish %s: size %d out of range", path, size)
 	}
 	snap := snapInfo(r, size, path)
+	var name string
 	var err error
 	for range 3 {
-		if err = p.publishOnce(ctx, path, r, size, snap); !errors.Is(err, ErrLeaseLost) {
+		if name, err = p.publishOnce(ctx, path, r, size, snap); !errors.Is(err, ErrLeaseLost) {
 			break
 		}
 		p.log.Warn("pool: publish lost its etcd lease; starting over", "path", path)
 	}
 	if err != nil {
-		return fmt.Errorf("publish %s: %w", path, p.explain(ctx, err))
+		return "", fmt.Errorf("publish %s: %w", path, p.explain(ctx, err))
 	}
-	return nil
+	return name, nil
 }
 
 // explain adds to an error of a call that ran out of time that the
@@ -96,16 +104,16 @@ func (w *publishing) wait() error {
 	return w.uploadErr
 }
 
-func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo) error {
+func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo) (string, error) {
 	octx, cancel := p.op(ctx)
 	sess, err := p.coord.session(octx)
 	cancel()
 	if err != nil {
-		return err
+		return "", err
 	}
 	key, err := p.coord.beginPublish(ctx, sess, p.opTimeout)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer func() {
 		dctx, cancel := p.op(context.WithoutCancel(ctx))
@@ -122,7 +130,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		select {
 		case <-sess.Done():
 			p.coord.dropSession(sess)
-			return ErrLeaseLost
+			return "", ErrLeaseLost
 		default:
 		}
 		n := min(p.chunkSize, size-off)
@@ -133,28 +141,28 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 			if err == nil || errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%d of %d bytes: the file is shorter than its size (changed while it was published?)", got, n)
 			}
-			return fmt.Errorf("read at %d: %w", off, err)
+			return "", fmt.Errorf("read at %d: %w", off, err)
 		}
 		if err := w.add(ctx, buf[:n]); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := w.flush(ctx); err != nil {
 		w.wait()
-		return err
+		return "", err
 	}
 	if err := w.wait(); err != nil {
-		return err
+		return "", err
 	}
 	name, b, err := w.m.Encode()
 	if err != nil {
-		return err
+		return "", err
 	}
 	octx, cancel = p.op(ctx)
 	err = p.objs.Put(octx, manifestDir+name, bytes.NewReader(b), int64(len(b)))
 	cancel()
 	if err != nil {
-		return err
+		return "", err
 	}
 	octx, cancel = p.op(ctx)
 	err = p.coord.commitName(octx, key, path, name)
@@ -163,10 +171,10 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		p.coord.dropSession(sess)
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	p.learn(name, &w.m)
-	return nil
+	return name, nil
 }
 
 // add appends one chunk to the manifest: a reference to a copy the pool

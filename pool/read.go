@@ -65,19 +65,61 @@ func (p *Pool) Open(ctx context.Context, path string) (*File, error) {
 
 // open is Open without recording a use.
 func (p *Pool) open(ctx context.Context, path string) (*File, error) {
-	if err := checkPath(path); err != nil {
+	name, err := p.resolve(ctx, "open", path)
+	if err != nil {
 		return nil, err
+	}
+	return p.openManifest(ctx, name, path)
+}
+
+// resolve returns the manifest path names.
+func (p *Pool) resolve(ctx context.Context, op, path string) (string, error) {
+	if err := checkPath(path); err != nil {
+		return "", err
 	}
 	octx, cancel := p.op(ctx)
 	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("open %s: etcd: %w", path, p.explain(ctx, err))
+		return "", fmt.Errorf("%s %s: etcd: %w", op, path, p.explain(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("open %s: %w", path, fs.ErrNotExist)
+		return "", fmt.Errorf("%s %s: %w", op, path, fs.ErrNotExist)
 	}
-	name := string(resp.Kvs[0].Value)
+	return string(resp.Kvs[0].Value), nil
+}
+
+// Resolve returns the version a pool file's name points to now: its
+// manifest's name (which names that content for good: a later publish
+// under the path makes another) and its size.
+func (p *Pool) Resolve(ctx context.Context, path string) (manifest string, size int64, err error) {
+	name, err := p.resolve(ctx, "stat", path)
+	if err != nil {
+		return "", 0, err
+	}
+	m, err := p.manifest(ctx, name)
+	if err != nil {
+		return "", 0, fmt.Errorf("stat %s: %w", path, p.explain(ctx, err))
+	}
+	p.learn(name, m)
+	return name, m.Size, nil
+}
+
+// OpenVersion opens the version of a pool file that Resolve returned,
+// whatever its name points to now, and records a use of path (which
+// names it in errors). A filesystem serves each node's own version so
+// that the size it told the kernel is the size of what reads return.
+func (p *Pool) OpenVersion(ctx context.Context, manifest, path string) (*File, error) {
+	f, err := p.openManifest(ctx, manifest, path)
+	if err != nil {
+		return nil, err
+	}
+	p.touch(ctx, path)
+	return f, nil
+}
+
+// openManifest opens manifest name as the file path.
+func (p *Pool) openManifest(ctx context.Context, name, path string) (*File, error) {
 	m, err := p.manifest(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
@@ -432,21 +474,6 @@ func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
 // Stat returns a pool file's size: its manifest, read once per manifest
 // (they are immutable), without checking that its packs exist (Open does).
 func (p *Pool) Stat(ctx context.Context, path string) (int64, error) {
-	if err := checkPath(path); err != nil {
-		return 0, err
-	}
-	octx, cancel := p.op(ctx)
-	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
-	cancel()
-	if err != nil {
-		return 0, fmt.Errorf("stat %s: etcd: %w", path, p.explain(ctx, err))
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, fmt.Errorf("stat %s: %w", path, fs.ErrNotExist)
-	}
-	m, err := p.manifest(ctx, string(resp.Kvs[0].Value))
-	if err != nil {
-		return 0, fmt.Errorf("stat %s: %w", path, p.explain(ctx, err))
-	}
-	return m.Size, nil
+	_, size, err := p.Resolve(ctx, path)
+	return size, err
 }

@@ -6,10 +6,12 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -113,6 +115,34 @@ func TestPoolCommands(t *testing.T) {
 	}
 	if out := ok("pool", "get", "models/llama/a b.mlxkv", "-"); out != string(data) {
 		t.Fatal("pool get to standard output differs")
+	}
+	// Into a FIFO (as into /dev/null): written into, never replaced.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		got <- b
+	}()
+	ok("pool", "get", "models/llama/a b.mlxkv", fifo)
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("pool get into a FIFO: %d bytes", len(b))
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("pool get replaced the FIFO it wrote into: %v, %v", fi, err)
+	}
+	// Into a directory: under the name's last part.
+	ok("pool", "get", "models/llama/a b.mlxkv", dir)
+	if b, err := os.ReadFile(filepath.Join(dir, "a b.mlxkv")); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("pool get into a directory: %v", err)
 	}
 	if out := ok("pool", "--cache", filepath.Join(dir, "cacheB"), "stats"); !strings.Contains(out, "cache:") {
 		t.Fatalf("pool stats: %q", out)

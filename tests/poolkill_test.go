@@ -97,7 +97,7 @@ func TestPoolMountKilledMidPublish(t *testing.T) {
 		t.Fatalf("pool ls: %s", errOut)
 	}
 	for _, n := range strings.Fields(ls) {
-		if code, _, errOut := poolKvfs(t, env, "pool", "get", n, "/dev/null"); code != 0 {
+		if code, _, errOut := poolKvfs(t, env, "pool", "get", n, filepath.Join(t.TempDir(), "got")); code != 0 {
 			t.Fatalf("pool get %s: %s", n, errOut)
 		}
 	}

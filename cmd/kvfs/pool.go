@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -258,6 +259,24 @@ func poolGet(ctx context.Context, p *pool.Pool, name, local string, w io.Writer)
 	if local == "-" {
 		_, err := io.Copy(w, src)
 		return err
+	}
+	if fi, err := os.Stat(local); err == nil && fi.IsDir() {
+		local = filepath.Join(local, path.Base(name))
+	} else if err == nil && !fi.Mode().IsRegular() {
+		// A device or a pipe (/dev/null, a FIFO) is written into, as cp
+		// does, never replaced by a file renamed over it.
+		out, err := os.OpenFile(local, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("get %s: %w", name, err)
+		}
+		_, err = io.Copy(out, src)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("get %s into %s: %w", name, local, err)
+		}
+		return nil
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(local), ".kvfs-get-*")
 	if err != nil {

@@ -15,6 +15,8 @@ package poolfs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,7 +113,7 @@ func (f *fsys) list(ctx context.Context) ([]string, syscall.Errno) {
 	if time.Since(f.listed) < f.opts.Timeout {
 		return f.names, 0
 	}
-	names, err := f.opts.Pool.List(ctx, "")
+	names, err := f.opts.Pool.List(uninterrupted(ctx), "")
 	if err != nil {
 		f.opts.Logger.Warn("pool mount: list names", "err", err)
 		return nil, syscall.EIO
@@ -151,6 +154,14 @@ func (f *fsys) kind(ctx context.Context, p string) (file, dir bool, errno syscal
 	f.mu.Unlock()
 	return false, dir, 0
 }
+
+// uninterrupted is a request's context without its cancellation. The
+// kernel interrupts a request when a signal reaches the thread waiting on
+// it, and Go programs get signals all the time (SIGURG, the scheduler's
+// preemption): a call to etcd or S3 cut short by one failed the request
+// with EIO (a rename in CI, a create in the pool stress test). Every call
+// to the pool is bounded by its own timeout (--pool-timeout) instead.
+func uninterrupted(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // errno maps a pool error to the errno a caller gets.
 func errno(log *slog.Logger, op string, err error) syscall.Errno {
@@ -221,18 +232,32 @@ func (f *fsys) fileAttr(a *fuse.Attr, size int64) {
 
 func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	p := join(n.path, name)
+	// A file this mount is writing is its writer's node, whatever its
+	// name points to in the pool meanwhile (a flush may have published
+	// part of it): the node that a rename then moves, and that readers
+	// here open, must be the one whose last publish is the whole file.
+	if ch := n.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok && f.writing() {
+			if size, ok := f.writerSize(); ok {
+				n.fsys.fileAttr(&out.Attr, size)
+				return f.EmbeddedInode(), 0
+			}
+		}
+	}
 	file, dir, e := n.fsys.kind(ctx, p)
 	if e != 0 {
 		return nil, e
 	}
 	switch {
 	case file:
-		size, err := n.fsys.opts.Pool.Stat(ctx, p)
+		manifest, size, err := n.fsys.opts.Pool.Resolve(uninterrupted(ctx), p)
 		if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 			return nil, e
 		}
 		n.fsys.fileAttr(&out.Attr, size)
-		return n.NewInode(ctx, &fileNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+		node := &fileNode{fsys: n.fsys}
+		node.setVersion(manifest, size)
+		return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: versionIno(p, manifest)}), 0
 	case dir:
 		n.fsys.dirAttr(&out.Attr)
 		return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
@@ -317,7 +342,7 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	p := join(n.path, name)
-	err := n.fsys.opts.Pool.Remove(ctx, p)
+	err := n.fsys.opts.Pool.Remove(uninterrupted(ctx), p)
 	n.fsys.forget()
 	return errno(n.fsys.opts.Logger, "remove "+p, err)
 }
@@ -338,7 +363,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		// one transaction.
 		return syscall.EOPNOTSUPP
 	}
-	err := n.fsys.opts.Pool.Rename(ctx, from, dst)
+	err := n.fsys.opts.Pool.Rename(uninterrupted(ctx), from, dst)
 	n.fsys.forget()
 	return errno(n.fsys.opts.Logger, "rename "+from, err)
 }
@@ -352,21 +377,81 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	} else if file && flags&syscall.O_EXCL != 0 {
 		return nil, nil, 0, syscall.EEXIST
 	}
-	w, e := n.fsys.newWriter(p)
+	node := &fileNode{fsys: n.fsys}
+	w, e := n.fsys.newWriter(ctx, node)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	node := &fileNode{fsys: n.fsys, path: p}
 	n.fsys.fileAttr(&out.Attr, 0)
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), w, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // fileNode is a pool file.
+//
+// A node is one version of a file: the manifest its lookup found (or its
+// writer published), whose size is what the node tells the kernel and
+// whose bytes are what its opens read, whatever the name points to by
+// then. A name replaced (here or on another host) is a new node at its
+// next lookup (the kernel keeps entries for Timeout). Otherwise the kernel
+// would cut a read of the new version at the old version's size, and an
+// open of a node renamed here would look for its old name (the pool
+// stress test saw both).
 type fileNode struct {
 	gofs.Inode
 	fsys *fsys
-	path string
+
+	mu       sync.Mutex
+	manifest string // "" for a new file not yet published
+	size     int64
+	writers  []*writer // open write handles
 }
+
+// writing reports whether the node has an open writer.
+func (n *fileNode) writing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.writers) > 0
+}
+
+// writerSize is the size of the bytes the node's last opened writer holds.
+func (n *fileNode) writerSize() (int64, bool) {
+	n.mu.Lock()
+	var w *writer
+	if len(n.writers) > 0 {
+		w = n.writers[len(n.writers)-1]
+	}
+	n.mu.Unlock()
+	if w == nil {
+		return 0, false
+	}
+	return w.size(), true
+}
+
+// versionIno is the inode number of the node of one version under one
+// name: lookups of it share the node, while the same content under two
+// names (identical files have one manifest) are two nodes, so that a
+// write through one name never lands on the other. The top bit is clear:
+// go-fuse numbers other nodes from 1<<63.
+func versionIno(path, manifest string) uint64 {
+	sum := sha256.Sum256([]byte(path + "\x00" + manifest))
+	return binary.BigEndian.Uint64(sum[:8])&^(1<<63) | 1
+}
+
+func (n *fileNode) setVersion(manifest string, size int64) {
+	n.mu.Lock()
+	n.manifest, n.size = manifest, size
+	n.mu.Unlock()
+}
+
+func (n *fileNode) version() (string, int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.manifest, n.size
+}
+
+// path is the node's name in the pool now: where the kernel's renames
+// through this mount moved it; "" once it has no name (unlinked).
+func (n *fileNode) path() string { return n.Path(nil) }
 
 var (
 	_ gofs.NodeOpener    = (*fileNode)(nil)
@@ -385,8 +470,14 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 		n.fsys.fileAttr(&out.Attr, h.f.Size())
 		return 0
 	}
-	size, err := n.fsys.opts.Pool.Stat(ctx, n.path)
-	if e := errno(n.fsys.opts.Logger, "stat "+n.path, err); e != 0 {
+	if manifest, size := n.version(); manifest != "" {
+		n.fsys.fileAttr(&out.Attr, size) // this node's version's
+		return 0
+	}
+	// A new file whose writer has gone without publishing.
+	p := n.path()
+	size, err := n.fsys.opts.Pool.Stat(uninterrupted(ctx), p)
+	if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 		return e
 	}
 	n.fsys.fileAttr(&out.Attr, size)
@@ -400,11 +491,13 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		w, isW := fh.(*writer)
 		if !isW && sz == 0 {
 			// truncate(path, 0): the file becomes empty, published as such.
-			err := n.fsys.opts.Pool.Publish(ctx, n.path, bytes.NewReader(nil), 0)
+			p := n.path()
+			manifest, err := n.fsys.opts.Pool.PublishVersion(uninterrupted(ctx), p, bytes.NewReader(nil), 0)
 			n.fsys.forget()
-			if e := errno(n.fsys.opts.Logger, "truncate "+n.path, err); e != 0 {
+			if e := errno(n.fsys.opts.Logger, "truncate "+p, err); e != 0 {
 				return e
 			}
+			n.setVersion(manifest, 0)
 			return n.Getattr(ctx, fh, out)
 		}
 		if !isW {
@@ -415,33 +508,41 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		w.dirty = true
 		w.mu.Unlock()
 		if err != nil {
-			return errno(n.fsys.opts.Logger, "truncate "+n.path, err)
+			return errno(n.fsys.opts.Logger, "truncate "+n.path(), err)
 		}
 	}
 	return n.Getattr(ctx, fh, out)
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	p := n.path()
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		if flags&syscall.O_TRUNC == 0 {
 			// Writing into an empty file changes nothing in place.
-			size, err := n.fsys.opts.Pool.Stat(ctx, n.path)
-			if e := errno(n.fsys.opts.Logger, "stat "+n.path, err); e != 0 {
+			size, err := n.fsys.opts.Pool.Stat(uninterrupted(ctx), p)
+			if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 				return nil, 0, e
 			}
 			if size != 0 {
 				return nil, 0, syscall.EOPNOTSUPP
 			}
 		}
-		w, e := n.fsys.newWriter(n.path)
+		w, e := n.fsys.newWriter(ctx, n)
 		if e != 0 {
 			return nil, 0, e
 		}
 		w.dirty = true // truncated: the file becomes empty at close
 		return w, fuse.FOPEN_DIRECT_IO, 0
 	}
-	f, err := n.fsys.opts.Pool.Open(ctx, n.path)
-	if e := errno(n.fsys.opts.Logger, "open "+n.path, err); e != 0 {
+	manifest, _ := n.version()
+	var f *pool.File
+	var err error
+	if manifest != "" {
+		f, err = n.fsys.opts.Pool.OpenVersion(uninterrupted(ctx), manifest, p)
+	} else {
+		f, err = n.fsys.opts.Pool.Open(uninterrupted(ctx), p) // a new file never published here
+	}
+	if e := errno(n.fsys.opts.Logger, "open "+p, err); e != 0 {
 		return nil, 0, e
 	}
 	return &reader{f: f}, 0, 0
@@ -453,7 +554,7 @@ type reader struct{ f *pool.File }
 var _ gofs.FileReader = (*reader)(nil)
 
 func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := r.f.ReadAtContext(ctx, dest, off)
+	n, err := r.f.ReadAtContext(uninterrupted(ctx), dest, off)
 	if err != nil && n < len(dest) && off+int64(n) < r.f.Size() {
 		return nil, syscall.EIO
 	}
@@ -463,9 +564,10 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // writer is a file being written: a local spool, published at flush
 // (close) and fsync when it changed.
 type writer struct {
-	fsys  *fsys
-	path  string
-	spool *os.File
+	fsys   *fsys
+	node   *fileNode // the file's node: its name now, and the version published
+	spool  *os.File
+	opener uint32 // the process that opened it (callerProcess)
 
 	mu    sync.Mutex
 	dirty bool
@@ -479,13 +581,39 @@ var (
 	_ gofs.FileReleaser = (*writer)(nil)
 )
 
-func (f *fsys) newWriter(p string) (*writer, syscall.Errno) {
+func (f *fsys) newWriter(ctx context.Context, node *fileNode) (*writer, syscall.Errno) {
 	spool, err := os.CreateTemp(f.opts.SpoolDir, "spool-*")
 	if err != nil {
-		return nil, errno(f.opts.Logger, "spool "+p, err)
+		return nil, errno(f.opts.Logger, "spool", err)
 	}
 	os.Remove(spool.Name()) // lives while open; a crash leaves nothing
-	return &writer{fsys: f, path: p, spool: spool}, 0
+	w := &writer{fsys: f, node: node, spool: spool, opener: callerProcess(ctx)}
+	node.mu.Lock()
+	node.writers = append(node.writers, w)
+	node.mu.Unlock()
+	return w, 0
+}
+
+// callerProcess is the process (thread group) of a request's caller; 0 if
+// unknown. The kernel names the calling thread; a flush must be told
+// from the opener's own close.
+func callerProcess(ctx context.Context) uint32 {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid))
+	if err != nil {
+		return c.Pid // no /proc (macOS): the kernel gives the process
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+				return uint32(n)
+			}
+		}
+	}
+	return c.Pid
 }
 
 func (w *writer) size() int64 {
@@ -502,7 +630,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n, err := w.spool.WriteAt(data, off)
 	w.dirty = true
 	if err != nil {
-		return uint32(n), errno(w.fsys.opts.Logger, "write "+w.path, err)
+		return uint32(n), errno(w.fsys.opts.Logger, "write "+w.node.path(), err)
 	}
 	return uint32(n), 0
 }
@@ -510,7 +638,7 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 func (w *writer) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := w.spool.ReadAt(dest, off)
 	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
-		return nil, errno(w.fsys.opts.Logger, "read "+w.path, err)
+		return nil, errno(w.fsys.opts.Logger, "read "+w.node.path(), err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
@@ -522,25 +650,43 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 	if !w.dirty {
 		return 0
 	}
+	// Under the name the file has now: a rename through this mount
+	// moved it, and a file unlinked while open is not published (its
+	// bytes go with it, as on a disk).
+	p := w.node.path()
+	if p == "" {
+		w.dirty = false
+		return 0
+	}
 	fi, err := w.spool.Stat()
 	if err != nil {
-		return errno(w.fsys.opts.Logger, "publish "+w.path, err)
+		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
-	if err := w.fsys.opts.Pool.Publish(ctx, w.path, w.spool, fi.Size()); err != nil {
-		return errno(w.fsys.opts.Logger, "publish "+w.path, err)
+	manifest, err := w.fsys.opts.Pool.PublishVersion(uninterrupted(ctx), p, w.spool, fi.Size())
+	if err != nil {
+		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
+	w.node.setVersion(manifest, fi.Size())
 	w.dirty = false
 	w.fsys.forget()
 	w.fsys.mu.Lock()
-	for d := path.Dir(w.path); d != "." && d != ""; d = path.Dir(d) {
+	for d := path.Dir(p); d != "." && d != ""; d = path.Dir(d) {
 		delete(w.fsys.madeDir, d)
 	}
 	w.fsys.mu.Unlock()
 	return 0
 }
 
+// Flush publishes at the opener's close, so that close(2) reports a
+// failure. A flush from another process is a child that inherited the
+// descriptor closing its copy (every fork and exec of the writer does),
+// in the middle of the writer's writes: publishing then would show other
+// hosts a part of the file. The release publishes in any case.
 func (w *writer) Flush(ctx context.Context) syscall.Errno {
-	return w.publish(context.WithoutCancel(ctx))
+	if p := callerProcess(ctx); p != 0 && w.opener != 0 && p != w.opener {
+		return 0
+	}
+	return w.publish(uninterrupted(ctx))
 }
 
 func (w *writer) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -553,6 +699,10 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 		w.keep()
 	}
 	w.spool.Close()
+	n := w.node
+	n.mu.Lock()
+	n.writers = slices.DeleteFunc(n.writers, func(x *writer) bool { return x == w })
+	n.mu.Unlock()
 	return e
 }
 
@@ -564,9 +714,10 @@ func (w *writer) keep() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	log := w.fsys.opts.Logger
+	name := w.node.path()
 	fi, err := w.spool.Stat()
 	if err != nil {
-		log.Error("pool mount: the bytes of a file not published are lost", "path", w.path, "err", err)
+		log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
 		return
 	}
 	base := strings.Map(func(r rune) rune {
@@ -574,7 +725,7 @@ func (w *writer) keep() {
 			return '_'
 		}
 		return r
-	}, path.Base(w.path))
+	}, path.Base(name))
 	f, err := os.CreateTemp(w.fsys.opts.SpoolDir, "unpublished-"+time.Now().UTC().Format("20060102T150405")+"-*-"+base)
 	if err == nil {
 		_, err = io.Copy(f, io.NewSectionReader(w.spool, 0, fi.Size()))
@@ -586,9 +737,9 @@ func (w *writer) keep() {
 		}
 	}
 	if err != nil {
-		log.Error("pool mount: the bytes of a file not published are lost", "path", w.path, "err", err)
+		log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
 		return
 	}
 	log.Error("pool mount: a file could not be published at its close; its bytes are kept",
-		"path", w.path, "kept", f.Name(), "publish them with", "kvfs pool put "+f.Name()+" "+w.path)
+		"path", name, "kept", f.Name(), "publish them with", "kvfs pool put "+f.Name()+" "+name)
 }

@@ -1,0 +1,196 @@
+//go:build linux
+
+package tests
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvfs/kvfs/internal/testutil"
+)
+
+// psVersion is the content of one version of a pool stress file: a
+// 16-byte header (seed, length) and bytes that follow from the seed, so
+// that a reader can check any version it gets without knowing which.
+func psVersion(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	binary.LittleEndian.PutUint64(b, seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(n))
+	r := rand.New(rand.NewPCG(seed, seed>>7))
+	for i := 16; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// psCheck reports what is wrong with b as a version, or nil.
+func psCheck(b []byte) error {
+	if len(b) < 16 {
+		return fmt.Errorf("%d bytes: shorter than a header", len(b))
+	}
+	seed, n := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	if uint64(len(b)) != n {
+		return fmt.Errorf("%d bytes, the header says %d (short or mixed read)", len(b), n)
+	}
+	if !bytes.Equal(b, psVersion(seed, len(b))) {
+		return fmt.Errorf("version %d: wrong bytes", seed)
+	}
+	return nil
+}
+
+// TestPoolMountStress: two pool mounts of one pool, for 20 s
+// (KVFS_STRESS): a writer through each replaces four shared names over and
+// over as the engine does (tmp, unaligned writes, fsync, close, rename),
+// readers through each mount open and read those names whole, and ls -l
+// loops list the directory in both. Every read must be one whole version
+// (the names always exist), every rename must succeed, and at the end
+// both mounts read the same last version of each name.
+func TestPoolMountStress(t *testing.T) {
+	env, _ := poolServices(t)
+	mounts := []string{poolMount(t, env, "a"), poolMount(t, env, "b")}
+	d := testutil.StressDuration(t, 20*time.Second)
+	names := []string{"s0.mlxkv", "s1.mlxkv", "s2.mlxkv", "s3.mlxkv"}
+	var seq atomic.Uint64
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(mounts[0], n), psVersion(seq.Add(1), 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		waitFor(t, n+" through B", func() error { _, err := os.Stat(filepath.Join(mounts[1], n)); return err })
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []string
+	counts := map[string]int{}
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		if len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf(format, args...))
+		}
+		mu.Unlock()
+	}
+	count := func(k string) { mu.Lock(); counts[k]++; mu.Unlock() }
+	for w, mnt := range mounts {
+		wg.Add(1)
+		go func() { // writer
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; !stop.Load(); i++ {
+				name := names[r.IntN(len(names))]
+				data := psVersion(seq.Add(1), 1000+r.IntN(3<<20))
+				tmp := filepath.Join(mnt, fmt.Sprintf(".w%d-%d.tmp", w, i))
+				if err := psWrite(tmp, data, r); err != nil {
+					fail("write %s: %v", tmp, err)
+					return
+				}
+				if err := os.Rename(tmp, filepath.Join(mnt, name)); err != nil {
+					fail("rename %s over %s: %v", tmp, name, err)
+					return
+				}
+				count("writes")
+			}
+		}()
+		for k := range 2 {
+			wg.Add(1)
+			go func() { // reader
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), uint64(10+k)))
+				for !stop.Load() {
+					p := filepath.Join(mnt, names[r.IntN(len(names))])
+					b, err := os.ReadFile(p)
+					if err != nil {
+						fail("read %s: %v", p, err)
+						continue
+					}
+					if err := psCheck(b); err != nil {
+						fail("read %s: %v", p, err)
+						continue
+					}
+					count("reads")
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() { // lister
+			defer wg.Done()
+			for !stop.Load() {
+				out, err := exec.Command("ls", "-l", mnt).CombinedOutput()
+				// A writer's temporary name can go between the listing
+				// and ls's lstat of it, as on any disk.
+				if err != nil && !bytes.Contains(out, []byte("No such file or directory")) {
+					fail("ls -l %s: %v: %s", mnt, err, out)
+				}
+				count("listings")
+			}
+		}()
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%v", counts)
+	if len(bad) > 0 {
+		t.Fatalf("%d+ bad outcomes, first:\n%s", len(bad), bytes.Join(func() [][]byte {
+			var out [][]byte
+			for _, b := range bad {
+				out = append(out, []byte(b))
+			}
+			return out
+		}(), []byte("\n")))
+	}
+	if counts["writes"] == 0 || counts["reads"] == 0 {
+		t.Fatalf("the test did not run: %v", counts)
+	}
+	// Both mounts settle on the same version of each name.
+	for _, n := range names {
+		waitFor(t, n+" the same through both mounts", func() error {
+			a, errA := os.ReadFile(filepath.Join(mounts[0], n))
+			b, errB := os.ReadFile(filepath.Join(mounts[1], n))
+			if err := errors.Join(errA, errB); err != nil {
+				return err
+			}
+			if !bytes.Equal(a, b) {
+				return fmt.Errorf("A has version %d, B %d", binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b))
+			}
+			return psCheck(a)
+		})
+	}
+	for _, mnt := range mounts {
+		if left, _ := filepath.Glob(filepath.Join(mnt, ".w*.tmp")); len(left) != 0 {
+			t.Fatalf("temporary names left in %s: %q", mnt, left)
+		}
+	}
+}
+
+// psWrite writes data to a new file at path in unaligned pieces, fsyncs
+// and closes it.
+func psWrite(path string, data []byte, r *rand.Rand) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(data); {
+		n := min(len(data)-off, 1+r.IntN(300_000))
+		if _, err := f.Write(data[off : off+n]); err != nil {
+			f.Close()
+			return err
+		}
+		off += n
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
