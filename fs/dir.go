@@ -242,12 +242,20 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if d.reserved(name) {
 		return nil, nil, 0, syscall.EEXIST
 	}
-	fi, err := d.fsys.s.CreateAt(d.ino.Load(), name, goMode(mode), owner(ctx))
+	fi, err := d.fsys.s.CreateHeldAt(d.ino.Load(), name, goMode(mode), owner(ctx))
 	if err != nil {
 		return nil, nil, 0, d.fsys.errno("create", err)
 	}
 	ch := d.child(ctx, name, fi, out)
 	f := ch.Operations().(*fileNode)
+	// The new inode came back held: the writer's hold (openWriter).
+	f.mu.Lock()
+	if f.held == 0 && f.ino.Load() == fi.Ino {
+		f.held = fi.Ino
+	} else if err := d.fsys.s.Unhold(fi.Ino); err != nil {
+		d.fsys.log.Warn("release a created file's hold", "err", err)
+	}
+	f.mu.Unlock()
 	h, e := f.openWriter(ctx, true)
 	if e != 0 {
 		// The caller gets an error, so no name may stay behind (an

@@ -237,6 +237,23 @@ func (s *Store) CreateAt(parent uint64, name string, perm fs.FileMode, o Owner) 
 	})
 }
 
+// CreateHeldAt is CreateAt for a file about to be opened for writing: the
+// new inode comes back held (as Hold; release with Unhold), so that the
+// evictor cannot take the empty, closed file between its creation and
+// its open (the open then failed with ESTALE: TestGCStress). The pin lock's
+// read side is held across the create and the pin, so no release runs
+// between them (see Store.pins).
+func (s *Store) CreateHeldAt(parent uint64, name string, perm fs.FileMode, o Owner) (*FileInfo, error) {
+	s.pins.RLock()
+	defer s.pins.RUnlock()
+	fi, err := s.CreateAt(parent, name, perm, o)
+	if err != nil {
+		return nil, err
+	}
+	s.pin(fi.Ino)
+	return fi, nil
+}
+
 // RemoveAt removes name from parent: with dir, only an empty directory
 // (rmdir); without, only a file (unlink).
 func (s *Store) RemoveAt(parent uint64, name string, dir bool) error {

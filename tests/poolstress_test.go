@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -193,4 +194,38 @@ func psWrite(path string, data []byte, r *rand.Rand) error {
 		return err
 	}
 	return f.Close()
+}
+
+// TestPoolMountVersionReturns (review 22): a name whose content goes back
+// to an earlier version, while a node of that earlier lookup (rewritten
+// here since) is still alive because a reader holds it open, reads the
+// content the name has now, not the version that node was rewritten to.
+func TestPoolMountVersionReturns(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	dir := t.TempDir()
+	v1 := psVersion(1, 5000)
+	v2 := psVersion(2, 7000)
+	src1 := filepath.Join(dir, "v1")
+	os.WriteFile(src1, v1, 0o644)
+	if code, _, errOut := poolKvfs(t, env, "pool", "put", src1, "f"); code != 0 {
+		t.Fatal(errOut)
+	}
+	f := filepath.Join(a, "f")
+	waitFor(t, "f through the mount", func() error { return sameBytes(f, v1, 1) })
+	held, err := os.Open(f) // keeps the node of this lookup alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.WriteFile(f, v2, 0o644); err != nil { // O_TRUNC: the node now holds v2
+		t.Fatal(err)
+	}
+	if code, _, errOut := poolKvfs(t, env, "pool", "put", src1, "f"); code != 0 { // back to v1
+		t.Fatal(errOut)
+	}
+	waitFor(t, "f back to its first content", func() error { return sameBytes(f, v1, 2) })
+	if b, err := io.ReadAll(held); err != nil || !bytes.Equal(b, v1) {
+		t.Fatalf("the reader opened before the rewrite: %d bytes, %v; want the first version whole", len(b), err)
+	}
 }

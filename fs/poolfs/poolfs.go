@@ -15,8 +15,6 @@ package poolfs
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -257,7 +255,12 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		n.fsys.fileAttr(&out.Attr, size)
 		node := &fileNode{fsys: n.fsys}
 		node.setVersion(manifest, size)
-		return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: versionIno(p, manifest)}), 0
+		// A new node for each lookup (go-fuse numbers it), never one
+		// found by a number derived from the version: a node's version
+		// changes when it is written here, and a node moves when it is
+		// renamed, so such a number would hand a later lookup a node of
+		// another version or under another name (review 22).
+		return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 	case dir:
 		n.fsys.dirAttr(&out.Attr)
 		return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
@@ -395,7 +398,12 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 // next lookup (the kernel keeps entries for Timeout). Otherwise the kernel
 // would cut a read of the new version at the old version's size, and an
 // open of a node renamed here would look for its old name (the pool
-// stress test saw both).
+// stress test saw both). A node written here again (an open with O_TRUNC)
+// takes the version its writer publishes; a reader that had it open
+// before reads the old version, and the two can meet in the kernel's page
+// cache for that moment, the known gap of docs/READPATH.md ("readers
+// racing an in-place truncation"). The engine writes a new file and
+// renames it, which never does that.
 type fileNode struct {
 	gofs.Inode
 	fsys *fsys
@@ -425,16 +433,6 @@ func (n *fileNode) writerSize() (int64, bool) {
 		return 0, false
 	}
 	return w.size(), true
-}
-
-// versionIno is the inode number of the node of one version under one
-// name: lookups of it share the node, while the same content under two
-// names (identical files have one manifest) are two nodes, so that a
-// write through one name never lands on the other. The top bit is clear:
-// go-fuse numbers other nodes from 1<<63.
-func versionIno(path, manifest string) uint64 {
-	sum := sha256.Sum256([]byte(path + "\x00" + manifest))
-	return binary.BigEndian.Uint64(sum[:8])&^(1<<63) | 1
 }
 
 func (n *fileNode) setVersion(manifest string, size int64) {
@@ -698,11 +696,13 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	if e != 0 {
 		w.keep()
 	}
-	w.spool.Close()
+	// Off the node before the spool closes: a lookup meanwhile must not
+	// take its size from a closed spool (review 22).
 	n := w.node
 	n.mu.Lock()
 	n.writers = slices.DeleteFunc(n.writers, func(x *writer) bool { return x == w })
 	n.mu.Unlock()
+	w.spool.Close()
 	return e
 }
 
