@@ -166,20 +166,30 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	return m, nil
 }
 
-func decodeSnap(j *snapJSON) (*SnapInfo, error) {
-	for _, s := range []string{j.Model, j.Fingerprint, j.NS} {
+// checkSnap applies a manifest's limits to a snapshot record with
+// nKeys chain keys: the same for a record read and one about to be
+// written.
+func checkSnap(model, fingerprint, ns string, tokens, minReusable int64, nKeys int) error {
+	for _, s := range []string{model, fingerprint, ns} {
 		if len(s) > maxSnapString {
-			return nil, fmt.Errorf("a string of %d bytes: over the limit of %d", len(s), maxSnapString)
+			return fmt.Errorf("a string of %d bytes: over the limit of %d", len(s), maxSnapString)
 		}
 	}
-	if j.Tokens < 0 || j.Tokens > maxSnapTokens {
-		return nil, fmt.Errorf("%d tokens: want 0 to %d", j.Tokens, maxSnapTokens)
+	if tokens < 0 || tokens > maxSnapTokens {
+		return fmt.Errorf("%d tokens: want 0 to %d", tokens, maxSnapTokens)
 	}
-	if j.MinReusable < 0 || j.MinReusable > j.Tokens {
-		return nil, fmt.Errorf("minimum reusable offset %d of %d tokens", j.MinReusable, j.Tokens)
+	if minReusable < 0 || minReusable > tokens {
+		return fmt.Errorf("minimum reusable offset %d of %d tokens", minReusable, tokens)
 	}
-	if want := j.Tokens/groupTokens + 1; int64(len(j.Keys)) != want {
-		return nil, fmt.Errorf("%d chain keys for %d tokens, want %d", len(j.Keys), j.Tokens, want)
+	if want := tokens/groupTokens + 1; int64(nKeys) != want {
+		return fmt.Errorf("%d chain keys for %d tokens, want %d", nKeys, tokens, want)
+	}
+	return nil
+}
+
+func decodeSnap(j *snapJSON) (*SnapInfo, error) {
+	if err := checkSnap(j.Model, j.Fingerprint, j.NS, j.Tokens, j.MinReusable, len(j.Keys)); err != nil {
+		return nil, err
 	}
 	sn := &SnapInfo{Model: j.Model, Fingerprint: j.Fingerprint, NS: j.NS, Tokens: j.Tokens,
 		MinReusable: j.MinReusable, Trimmable: j.Trimmable, Keys: make([][32]byte, len(j.Keys))}

@@ -48,22 +48,10 @@ func snapRecord(r io.ReaderAt, size int64, path string) (*SnapInfo, error) {
 	for i, k := range keys {
 		sn.Keys[i] = k
 	}
-	if decodeSnapCheck(sn) != nil {
+	if checkSnap(sn.Model, sn.Fingerprint, sn.NS, sn.Tokens, sn.MinReusable, len(sn.Keys)) != nil {
 		return nil, nil // beyond what a manifest may hold: not indexed
 	}
 	return sn, nil
-}
-
-// decodeSnapCheck applies DecodeManifest's limits to a record about to be
-// written.
-func decodeSnapCheck(sn *SnapInfo) error {
-	j := &snapJSON{Model: sn.Model, Fingerprint: sn.Fingerprint, NS: sn.NS, Tokens: sn.Tokens,
-		MinReusable: sn.MinReusable, Keys: make([]string, len(sn.Keys))}
-	for i := range j.Keys {
-		j.Keys[i] = strings.Repeat("0", 64)
-	}
-	_, err := decodeSnap(j)
-	return err
 }
 
 // namedSnap is one snapshot name as a lookup sees it.

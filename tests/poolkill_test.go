@@ -108,19 +108,7 @@ func TestPoolMountKilledMidPublish(t *testing.T) {
 // close, rename) and returns the first error.
 func engineWriteErr(final string, data []byte) error {
 	tmp := final + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := writeSynced(tmp, data, nil, 0); err != nil {
 		return err
 	}
 	return os.Rename(tmp, final)

@@ -74,27 +74,40 @@ func waitFor(t *testing.T, what string, fn func() error) {
 func engineWrite(t *testing.T, final string, data []byte, seed uint64) {
 	t.Helper()
 	tmp := final + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
+	if err := writeSynced(tmp, data, rand.New(rand.NewPCG(seed, 2)), 700_000); err != nil {
 		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(seed, 2))
-	for off := 0; off < len(data); {
-		n := min(len(data)-off, 1+r.IntN(700_000))
-		if _, err := f.Write(data[off : off+n]); err != nil {
-			t.Fatalf("write %s: %v", tmp, err)
-		}
-		off += n
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatalf("fsync %s: %v", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatalf("close %s: %v", tmp, err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeSynced writes data to a new file at path in pieces of 1 to
+// maxPiece bytes drawn from r (whole, with r nil), fsyncs and closes it.
+func writeSynced(path string, data []byte, r *rand.Rand, maxPiece int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(data); {
+		n := len(data) - off
+		if r != nil {
+			n = min(n, 1+r.IntN(maxPiece))
+		}
+		if _, err := f.Write(data[off : off+n]); err != nil {
+			f.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		off += n
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
 }
 
 // sameBytes reads path whole and at random unaligned ranges, in a

@@ -91,7 +91,7 @@ func TestPoolMountStress(t *testing.T) {
 				name := names[r.IntN(len(names))]
 				data := psVersion(seq.Add(1), 1000+r.IntN(3<<20))
 				tmp := filepath.Join(mnt, fmt.Sprintf(".w%d-%d.tmp", w, i))
-				if err := psWrite(tmp, data, r); err != nil {
+				if err := writeSynced(tmp, data, r, 300_000); err != nil {
 					fail("write %s: %v", tmp, err)
 					return
 				}
@@ -171,28 +171,6 @@ func TestPoolMountStress(t *testing.T) {
 			t.Fatalf("temporary names left in %s: %q", mnt, left)
 		}
 	}
-}
-
-// psWrite writes data to a new file at path in unaligned pieces, fsyncs
-// and closes it.
-func psWrite(path string, data []byte, r *rand.Rand) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	for off := 0; off < len(data); {
-		n := min(len(data)-off, 1+r.IntN(300_000))
-		if _, err := f.Write(data[off : off+n]); err != nil {
-			f.Close()
-			return err
-		}
-		off += n
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // TestPoolMountVersionReturns (review 22): a name whose content goes back
