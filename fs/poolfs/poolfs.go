@@ -3,7 +3,12 @@
 // every host that mounts the pool. A file written through the mount is
 // spooled locally and published when it is closed or fsynced (pool.Publish:
 // its chunks are deduplicated against the whole pool); only then do other
-// hosts see it. Renames and removals change names at once.
+// hosts see it. Here it is a file from its creation: other processes stat
+// and read what has been written so far, and it can be renamed (its first
+// publish is under the name it has then) or removed (it is never
+// published). Renames and removals change names at once; a publish and a
+// rename of the same file through one mount are ordered, so a publish
+// never lands under the name the file had before.
 //
 // Pool objects are immutable: an existing file can be replaced (opened
 // with O_TRUNC, or renamed over) but not changed in place; an open for
@@ -49,6 +54,8 @@ type Options struct {
 	Timeout time.Duration
 	// KernelOptions are extra mount options (ro, noexec, ...).
 	KernelOptions []string
+	// DebugFUSE logs every FUSE request and reply (at debug level).
+	DebugFUSE bool
 }
 
 // fsys is one mount's state.
@@ -78,12 +85,17 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}}
 	root := &dirNode{fsys: f}
 	t := opts.Timeout
+	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
+	if opts.DebugFUSE {
+		golog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
+	}
 	fo := &gofs.Options{
 		EntryTimeout:    &t,
 		AttrTimeout:     &t,
 		NegativeTimeout: &t,
-		Logger:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		Logger:          golog,
 		MountOptions: fuse.MountOptions{
+			Debug:             opts.DebugFUSE,
 			FsName:            "kvfs-pool",
 			Name:              "kvfs",
 			AllowOther:        opts.AllowOther,
@@ -253,7 +265,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, e
 		}
 		n.fsys.fileAttr(&out.Attr, size)
-		node := &fileNode{fsys: n.fsys}
+		node := &fileNode{fsys: n.fsys, name: p}
 		node.setVersion(manifest, size)
 		// A new node for each lookup (go-fuse numbers it), never one
 		// found by a number derived from the version: a node's version
@@ -343,10 +355,33 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return 0
 }
 
+// fileChild is the file node the kernel knows under name in n, or nil.
+func (n *dirNode) fileChild(name string) *fileNode {
+	if ch := n.GetChild(name); ch != nil {
+		if f, ok := ch.Operations().(*fileNode); ok {
+			return f
+		}
+	}
+	return nil
+}
+
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	p := join(n.path, name)
+	child := n.fileChild(name)
+	if child != nil {
+		// No publish of the child's writers runs meanwhile, and none
+		// after: a file unlinked while open is not published.
+		child.pub.Lock()
+		defer child.pub.Unlock()
+	}
 	err := n.fsys.opts.Pool.Remove(uninterrupted(ctx), p)
 	n.fsys.forget()
+	if child != nil && errors.Is(err, fs.ErrNotExist) && child.unpublished() {
+		err = nil // a new file being written here: only this mount knew it
+	}
+	if err == nil && child != nil {
+		child.setName("")
+	}
 	return errno(n.fsys.opts.Logger, "remove "+p, err)
 }
 
@@ -359,16 +394,73 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		return syscall.EINVAL
 	}
 	from, dst := join(n.path, name), join(to.path, newName)
-	if file, _, e := n.fsys.kind(ctx, from); e != 0 {
-		return e
-	} else if !file {
-		// Directories are prefixes of many names: renaming one is not
-		// one transaction.
-		return syscall.EOPNOTSUPP
+	src, over := n.fileChild(name), to.fileChild(newName)
+	if over == src {
+		over = nil
 	}
-	err := n.fsys.opts.Pool.Rename(uninterrupted(ctx), from, dst)
+	// The renamed node's publishes, and those of the node it replaces,
+	// wait for the rename: a publish that read the old name before the
+	// rename and committed after it would put the new bytes back under
+	// the old name (review 22).
+	lockPub(src, over)
+	defer unlockPub(src, over)
+	var err error
+	if src != nil && src.unpublished() {
+		// A new file being written here, not yet published: its name is
+		// this mount's until its first publish, which will be under dst.
+		// The name it replaces goes now, as a rename over it would take it.
+		if _, isDir, e := n.fsys.kind(ctx, dst); e != 0 {
+			return e
+		} else if isDir {
+			return syscall.EISDIR
+		}
+		if err = n.fsys.opts.Pool.Remove(uninterrupted(ctx), dst); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	} else {
+		if file, dir, e := n.fsys.kind(ctx, from); e != 0 {
+			return e
+		} else if !file && !dir {
+			return syscall.ENOENT
+		} else if !file {
+			// Directories are prefixes of many names: renaming one is not
+			// one transaction.
+			return syscall.EOPNOTSUPP
+		}
+		err = n.fsys.opts.Pool.Rename(uninterrupted(ctx), from, dst)
+	}
 	n.fsys.forget()
+	if err == nil {
+		if src != nil {
+			src.setName(dst)
+		}
+		if over != nil {
+			over.setName("") // replaced: its writers write an orphan now
+		}
+	}
 	return errno(n.fsys.opts.Logger, "rename "+from, err)
+}
+
+// lockPub locks the publishes of up to two distinct nodes (either may be
+// nil), in the order of their inode numbers, so that two renames never
+// wait on each other.
+func lockPub(a, b *fileNode) {
+	if a != nil && b != nil && a.StableAttr().Ino > b.StableAttr().Ino {
+		a, b = b, a
+	}
+	for _, x := range []*fileNode{a, b} {
+		if x != nil {
+			x.pub.Lock()
+		}
+	}
+}
+
+func unlockPub(a, b *fileNode) {
+	for _, x := range []*fileNode{a, b} {
+		if x != nil {
+			x.pub.Unlock()
+		}
+	}
 }
 
 func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -380,7 +472,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	} else if file && flags&syscall.O_EXCL != 0 {
 		return nil, nil, 0, syscall.EEXIST
 	}
-	node := &fileNode{fsys: n.fsys}
+	node := &fileNode{fsys: n.fsys, name: p}
 	w, e := n.fsys.newWriter(ctx, node)
 	if e != 0 {
 		return nil, nil, 0, e
@@ -408,10 +500,35 @@ type fileNode struct {
 	gofs.Inode
 	fsys *fsys
 
-	mu       sync.Mutex
+	// pub orders the publishes of the node's writers against renames and
+	// unlinks of the node through this mount: a publish commits under the
+	// name the node has for its whole duration.
+	pub sync.Mutex
+
+	mu sync.Mutex
+	// name is the node's name in the pool: the one its lookup or
+	// creation found, moved by renames through this mount, "" once
+	// unlinked or renamed over here. It is kept here rather than taken
+	// from the kernel's tree (Inode.Path), which go-fuse updates only
+	// after a rename returns: a publish in between would use the old one.
+	name     string
 	manifest string // "" for a new file not yet published
 	size     int64
 	writers  []*writer // open write handles
+}
+
+// unpublished reports whether the node is a new file being written here
+// that has not been published yet: no host but this one knows it.
+func (n *fileNode) unpublished() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.manifest == "" && len(n.writers) > 0
+}
+
+func (n *fileNode) setName(name string) {
+	n.mu.Lock()
+	n.name = name
+	n.mu.Unlock()
 }
 
 // writing reports whether the node has an open writer.
@@ -447,9 +564,12 @@ func (n *fileNode) version() (string, int64) {
 	return n.manifest, n.size
 }
 
-// path is the node's name in the pool now: where the kernel's renames
-// through this mount moved it; "" once it has no name (unlinked).
-func (n *fileNode) path() string { return n.Path(nil) }
+// path is the node's name in the pool now; "" once it has none.
+func (n *fileNode) path() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.name
+}
 
 var (
 	_ gofs.NodeOpener    = (*fileNode)(nil)
@@ -467,9 +587,16 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 		// points to now (another host may have replaced it).
 		n.fsys.fileAttr(&out.Attr, h.f.Size())
 		return 0
+	case *spoolReader:
+		n.fsys.fileAttr(&out.Attr, h.size())
+		return 0
 	}
 	if manifest, size := n.version(); manifest != "" {
 		n.fsys.fileAttr(&out.Attr, size) // this node's version's
+		return 0
+	}
+	if size, ok := n.writerSize(); ok {
+		n.fsys.fileAttr(&out.Attr, size) // a new file being written here
 		return 0
 	}
 	// A new file whose writer has gone without publishing.
@@ -489,7 +616,12 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		w, isW := fh.(*writer)
 		if !isW && sz == 0 {
 			// truncate(path, 0): the file becomes empty, published as such.
+			n.pub.Lock()
+			defer n.pub.Unlock()
 			p := n.path()
+			if p == "" {
+				return syscall.ENOENT
+			}
 			manifest, err := n.fsys.opts.Pool.PublishVersion(uninterrupted(ctx), p, bytes.NewReader(nil), 0)
 			n.fsys.forget()
 			if e := errno(n.fsys.opts.Logger, "truncate "+p, err); e != 0 {
@@ -533,6 +665,11 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return w, fuse.FOPEN_DIRECT_IO, 0
 	}
 	manifest, _ := n.version()
+	if manifest == "" {
+		if r, e := n.openSpool(); r != nil || e != 0 {
+			return r, fuse.FOPEN_DIRECT_IO, e
+		}
+	}
 	var f *pool.File
 	var err error
 	if manifest != "" {
@@ -544,6 +681,65 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		return nil, 0, e
 	}
 	return &reader{f: f}, 0, 0
+}
+
+// openSpool opens, for reading, the bytes of the node's newest writer: a
+// new file being written here reads here as it is written, as on a disk,
+// before its first publish shows it to other hosts. The reader holds its
+// own descriptor of the spool, which outlives the writer. nil, 0 if the
+// node has no writer.
+func (n *fileNode) openSpool() (*spoolReader, syscall.Errno) {
+	for {
+		n.mu.Lock()
+		var w *writer
+		if k := len(n.writers); k > 0 {
+			w = n.writers[k-1]
+		}
+		n.mu.Unlock()
+		if w == nil {
+			return nil, 0
+		}
+		w.mu.Lock() // the spool stays open while the writer is locked
+		if w.closed {
+			w.mu.Unlock() // released meanwhile, and off the node: next
+			continue
+		}
+		fd, err := syscall.Dup(int(w.spool.Fd()))
+		w.mu.Unlock()
+		if err != nil {
+			return nil, errno(n.fsys.opts.Logger, "open "+n.path(), fmt.Errorf("dup spool: %w", err))
+		}
+		return &spoolReader{f: os.NewFile(uintptr(fd), w.spool.Name())}, 0
+	}
+}
+
+// spoolReader reads a file not yet published from its writer's spool.
+type spoolReader struct{ f *os.File }
+
+var (
+	_ gofs.FileReader   = (*spoolReader)(nil)
+	_ gofs.FileReleaser = (*spoolReader)(nil)
+)
+
+func (r *spoolReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := r.f.ReadAt(dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (r *spoolReader) Release(ctx context.Context) syscall.Errno {
+	r.f.Close()
+	return 0
+}
+
+func (r *spoolReader) size() int64 {
+	fi, err := r.f.Stat()
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // reader reads a published file.
@@ -567,8 +763,9 @@ type writer struct {
 	spool  *os.File
 	opener uint32 // the process that opened it (callerProcess)
 
-	mu    sync.Mutex
-	dirty bool
+	mu     sync.Mutex
+	dirty  bool
+	closed bool // released: the spool is closed
 }
 
 var (
@@ -648,6 +845,8 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 	if !w.dirty {
 		return 0
 	}
+	w.node.pub.Lock()
+	defer w.node.pub.Unlock()
 	// Under the name the file has now: a rename through this mount
 	// moved it, and a file unlinked while open is not published (its
 	// bytes go with it, as on a disk).
@@ -702,7 +901,10 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	n.writers = slices.DeleteFunc(n.writers, func(x *writer) bool { return x == w })
 	n.mu.Unlock()
+	w.mu.Lock()
+	w.closed = true
 	w.spool.Close()
+	w.mu.Unlock()
 	return e
 }
 

@@ -1,0 +1,163 @@
+//go:build linux
+
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestPoolMountNewFileHere: a new file being written through a pool mount,
+// before its first publish, behaves here as on a disk: other processes
+// here stat and read the bytes written so far, it can be renamed (over a
+// published name, which goes at once) and unlinked while open; other
+// hosts see it only when published, under the name it has by then, and
+// the name it was created under never reaches the pool.
+func TestPoolMountNewFileHere(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	b := poolMount(t, env, "b")
+	old := psVersion(7, 3<<20+5)
+	engineWrite(t, filepath.Join(a, "final"), old, 1)
+	waitFor(t, "final through B", func() error { return sameBytes(filepath.Join(b, "final"), old, 2) })
+
+	part1, part2 := psVersion(8, 1<<20+1234), psVersion(9, 2<<20+77)
+	whole := append(append([]byte{}, part1...), part2...)
+	tmp := filepath.Join(a, "final.tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(part1); err != nil {
+		t.Fatal(err)
+	}
+	// Here, before any publish: stat and read (cat, another process)
+	// give what was written so far, at unaligned offsets too.
+	if fi, err := os.Stat(tmp); err != nil || fi.Size() != int64(len(part1)) {
+		t.Fatalf("stat of the unpublished %s: %v, %v; want %d bytes", tmp, fi, err, len(part1))
+	}
+	if err := sameBytes(tmp, part1, 3); err != nil {
+		t.Fatalf("read of the unpublished file here: %v", err)
+	}
+	// Not on B.
+	if _, err := os.Stat(filepath.Join(b, "final.tmp")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("B sees the unpublished file: %v", err)
+	}
+	// Renamed over a published name while open and unpublished.
+	if err := os.Rename(tmp, filepath.Join(a, "final")); err != nil {
+		t.Fatalf("rename of the unpublished file over final: %v", err)
+	}
+	if err := sameBytes(filepath.Join(a, "final"), part1, 4); err != nil {
+		t.Fatalf("final here after the rename: %v", err)
+	}
+	if _, err := f.Write(part2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close (publish): %v", err)
+	}
+	waitFor(t, "final through B after the publish", func() error { return sameBytes(filepath.Join(b, "final"), whole, 5) })
+	if err := sameBytes(filepath.Join(a, "final"), whole, 6); err != nil {
+		t.Fatal(err)
+	}
+	names := poolNames(t, env)
+	if names["final.tmp"] || !names["final"] {
+		t.Fatalf("pool names %v: want final and no final.tmp", names)
+	}
+
+	// Unlinked while open and unpublished: never published.
+	gone := filepath.Join(a, "gone")
+	g, err := os.Create(gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write(part1)
+	if err := os.Remove(gone); err != nil {
+		t.Fatalf("unlink of the unpublished open file: %v", err)
+	}
+	if _, err := os.Stat(gone); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat after unlink: %v", err)
+	}
+	g.Write(part2)
+	if err := g.Close(); err != nil {
+		t.Fatalf("close of the unlinked file: %v", err)
+	}
+	if names := poolNames(t, env); names["gone"] {
+		t.Fatal("an unlinked file was published at its close")
+	}
+}
+
+// TestPoolMountPublishRacesRename: a file's publish (at its close) racing a
+// rename of the same file through the same mount commits under one name
+// or the other, never the old name after the rename: the pool must end
+// with every file under its new name, whole, and no old name left.
+func TestPoolMountPublishRacesRename(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	const n = 40
+	for i := range n {
+		tmp, final := filepath.Join(a, fmt.Sprintf("r%d.tmp", i)), filepath.Join(a, fmt.Sprintf("r%d", i))
+		first, second := psVersion(uint64(100+i), 600_000), psVersion(uint64(200+i), 900_001)
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := f.Sync(); err != nil { // published: the rename moves a pool name
+				t.Fatal(err)
+			}
+		}
+		if _, err := f.WriteAt(second, 0); err != nil {
+			t.Fatal(err)
+		}
+		// The close publishes (FLUSH); the kernel holds no lock of the
+		// file across it, as it does across an fsync, so the rename can
+		// run in the middle of the publish.
+		var wg sync.WaitGroup
+		var closeErr, renameErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); closeErr = f.Close() }()
+		go func() { defer wg.Done(); renameErr = os.Rename(tmp, final) }()
+		wg.Wait()
+		if closeErr != nil || renameErr != nil {
+			t.Fatalf("file %d: close %v, rename %v", i, closeErr, renameErr)
+		}
+	}
+	names := poolNames(t, env)
+	b := poolMount(t, env, "b")
+	for i := range n {
+		want := psVersion(uint64(200+i), 900_001)
+		if names[fmt.Sprintf("r%d.tmp", i)] {
+			t.Errorf("r%d.tmp is in the pool after its rename", i)
+		}
+		if err := sameBytes(filepath.Join(b, fmt.Sprintf("r%d", i)), want, uint64(i)); err != nil {
+			t.Errorf("r%d through B: %v", i, err)
+		}
+	}
+}
+
+// poolNames lists the pool's names with kvfs pool ls.
+func poolNames(t *testing.T, env []string) map[string]bool {
+	t.Helper()
+	code, out, errOut := poolKvfs(t, env, "pool", "ls")
+	if code != 0 {
+		t.Fatalf("kvfs pool ls: exit %d: %s", code, errOut)
+	}
+	names := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if l != "" {
+			names[l] = true
+		}
+	}
+	return names
+}
