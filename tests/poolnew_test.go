@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -160,4 +161,96 @@ func poolNames(t *testing.T, env []string) map[string]bool {
 		}
 	}
 	return names
+}
+
+// TestPoolMountSplitTruncate: on a mount without atomic O_TRUNC (macOS;
+// --simulate-darwin makes Linux's kernel do as macFUSE does: an open for
+// writing without O_TRUNC, then a truncation to 0 through the new
+// handle), replacing a published file with open(O_TRUNC) works, and no
+// host ever sees it empty or partial meanwhile; a write in place is
+// still refused, at the write; truncate(2) to 0 publishes an empty file.
+func TestPoolMountSplitTruncate(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a", "--simulate-darwin")
+	b := poolMount(t, env, "b")
+	v1, v2 := psVersion(1, 2<<20+3), psVersion(2, 1<<20+999)
+	f, fb := filepath.Join(a, "f"), filepath.Join(b, "f")
+	engineWrite(t, f, v1, 1)
+	waitFor(t, "f through B", func() error { return sameBytes(fb, v1, 2) })
+
+	// B watches f while A replaces it twice: every read is one whole
+	// version.
+	stop := make(chan struct{})
+	var reads int
+	var bad error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			got, err := os.ReadFile(fb)
+			if err != nil {
+				bad = fmt.Errorf("read through B: %v", err)
+				return
+			}
+			if err := psCheck(got); err != nil {
+				bad = fmt.Errorf("read %d through B: %v", reads, err)
+				return
+			}
+			reads++
+		}
+	}()
+	if err := os.WriteFile(f, v2, 0o644); err != nil {
+		t.Fatalf("open(O_TRUNC) and write without atomic O_TRUNC: %v", err)
+	}
+	if err := sameBytes(f, v2, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replacement through B", func() error { return sameBytes(fb, v2, 4) })
+	if err := os.WriteFile(f, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second replacement through B", func() error { return sameBytes(fb, v1, 5) })
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	t.Logf("%d whole reads through B during the replacements", reads)
+
+	// A write in place: the open succeeds (it may be the first half of
+	// an open(O_TRUNC)); the write is refused and nothing changes.
+	w, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := w.Stat(); err != nil || fi.Size() != int64(len(v1)) {
+		t.Fatalf("fstat of a file opened without O_TRUNC: %v, %v", fi, err)
+	}
+	if _, err := w.WriteAt([]byte("x"), 10); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Fatalf("write in place: %v, want EOPNOTSUPP", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND, 0); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Fatalf("open for append: %v, want EOPNOTSUPP", err)
+	}
+	if err := sameBytes(fb, v1, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(f, 0); err != nil {
+		t.Fatalf("truncate(2): %v", err)
+	}
+	waitFor(t, "the truncation through B", func() error {
+		if fi, err := os.Stat(fb); err != nil || fi.Size() != 0 {
+			return fmt.Errorf("stat %s: %v, %v; want empty", fb, fi, err)
+		}
+		return nil
+	})
 }

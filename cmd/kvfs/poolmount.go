@@ -66,7 +66,7 @@ func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 	defer p.Close()
 	srv, err := poolfs.Mount(mnt, poolfs.Options{
 		Pool: p, SpoolDir: filepath.Join(storeDir, "spool"), Logger: log, AllowOther: allowOther,
-		Timeout: o.timeout, KernelOptions: o.kernelOptions, DebugFUSE: o.debugFUSE,
+		Timeout: o.timeout, KernelOptions: o.kernelOptions, DebugFUSE: o.debugFUSE, SimulateDarwin: o.simulateDarwin,
 	})
 	if err != nil {
 		ready("error: " + err.Error())

@@ -12,7 +12,12 @@
 //
 // Pool objects are immutable: an existing file can be replaced (opened
 // with O_TRUNC, or renamed over) but not changed in place; an open for
-// writing without O_TRUNC is refused with EOPNOTSUPP. Directories are the
+// writing without O_TRUNC is refused with EOPNOTSUPP. Where the kernel
+// cannot send O_TRUNC with the open (macOS; --simulate-darwin on Linux),
+// an open(O_TRUNC) arrives as an open for writing and then a truncation to
+// 0: the open is let through, its writer replaces the file once that
+// truncation comes and refuses writes before it, so other hosts never see
+// the file empty meanwhile. Directories are the
 // names' prefixes: a directory made with mkdir lives in this mount's memory
 // until a file is published under it.
 package poolfs
@@ -27,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +62,9 @@ type Options struct {
 	KernelOptions []string
 	// DebugFUSE logs every FUSE request and reply (at debug level).
 	DebugFUSE bool
+	// SimulateDarwin mounts as the darwin build does where it differs:
+	// without atomic O_TRUNC, which macFUSE does not offer.
+	SimulateDarwin bool
 }
 
 // fsys is one mount's state.
@@ -63,6 +72,10 @@ type fsys struct {
 	opts Options
 	uid  uint32
 	gid  uint32
+	// atomicTrunc: the kernel sends O_TRUNC with the open (Linux). Without
+	// it (macOS) an open(O_TRUNC) comes as an open for writing without
+	// O_TRUNC and then a truncation to 0 through the new handle.
+	atomicTrunc bool
 
 	// started is every file's and directory's time: the pool keeps no
 	// times (yet).
@@ -82,7 +95,8 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	if err := os.MkdirAll(opts.SpoolDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pool mount: spool %s: %w", opts.SpoolDir, err)
 	}
-	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}}
+	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{},
+		atomicTrunc: runtime.GOOS != "darwin" && !opts.SimulateDarwin}
 	root := &dirNode{fsys: f}
 	t := opts.Timeout
 	golog := slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
@@ -108,7 +122,9 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	// O_TRUNC comes with the open (the kernel sends no separate truncate
 	// first): an open with O_TRUNC replaces a file, one without it may
 	// not change it in place.
-	fo.MountOptions.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	if f.atomicTrunc {
+		fo.MountOptions.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	}
 	srv, err := gofs.Mount(mnt, root, fo)
 	if err != nil {
 		return nil, fmt.Errorf("pool mount on %s: %w", mnt, err)
@@ -517,6 +533,24 @@ type fileNode struct {
 	writers  []*writer // open write handles
 }
 
+// pendingWriter is the newest writer of the node still waiting for the
+// truncation of an open(O_TRUNC) split in two (see writer.pending).
+func (n *fileNode) pendingWriter() (*writer, bool) {
+	n.mu.Lock()
+	ws := slices.Clone(n.writers)
+	n.mu.Unlock()
+	for i := len(ws) - 1; i >= 0; i-- {
+		w := ws[i]
+		w.mu.Lock()
+		p := w.pending
+		w.mu.Unlock()
+		if p {
+			return w, true
+		}
+	}
+	return nil, false
+}
+
 // unpublished reports whether the node is a new file being written here
 // that has not been published yet: no host but this one knows it.
 func (n *fileNode) unpublished() bool {
@@ -615,6 +649,13 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 	if sz, ok := in.GetSize(); ok {
 		w, isW := fh.(*writer)
 		if !isW && sz == 0 {
+			// Without atomic O_TRUNC, Linux's open(O_TRUNC) is an open for
+			// writing and then this truncation without a handle: it
+			// belongs to the writer that open made, and must not publish
+			// an empty file for other hosts to see meanwhile.
+			w, isW = n.pendingWriter()
+		}
+		if !isW && sz == 0 {
 			// truncate(path, 0): the file becomes empty, published as such.
 			n.pub.Lock()
 			defer n.pub.Unlock()
@@ -634,12 +675,21 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			return syscall.EOPNOTSUPP
 		}
 		w.mu.Lock()
-		err := w.spool.Truncate(int64(sz))
-		w.dirty = true
+		if w.pending && sz != 0 {
+			w.mu.Unlock()
+			return syscall.EOPNOTSUPP // a change in place
+		}
+		var err error = os.ErrClosed // a pending writer released meanwhile
+		if !w.closed {
+			w.pending = false
+			err = w.spool.Truncate(int64(sz))
+			w.dirty = true
+		}
 		w.mu.Unlock()
 		if err != nil {
 			return errno(n.fsys.opts.Logger, "truncate "+n.path(), err)
 		}
+		return n.Getattr(ctx, w, out) // the writer's size, not the version's
 	}
 	return n.Getattr(ctx, fh, out)
 }
@@ -647,13 +697,15 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	p := n.path()
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		var size int64
 		if flags&syscall.O_TRUNC == 0 {
 			// Writing into an empty file changes nothing in place.
-			size, err := n.fsys.opts.Pool.Stat(uninterrupted(ctx), p)
+			var err error
+			size, err = n.fsys.opts.Pool.Stat(uninterrupted(ctx), p)
 			if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 				return nil, 0, e
 			}
-			if size != 0 {
+			if size != 0 && (n.fsys.atomicTrunc || flags&(syscall.O_RDWR|syscall.O_APPEND) != 0) {
 				return nil, 0, syscall.EOPNOTSUPP
 			}
 		}
@@ -661,7 +713,15 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		if e != 0 {
 			return nil, 0, e
 		}
-		w.dirty = true // truncated: the file becomes empty at close
+		if size != 0 {
+			// Without atomic O_TRUNC (macOS): the truncation that makes
+			// this a replacement comes next, through this handle. Until
+			// it does, the writer holds the file as it is: it writes
+			// nothing and publishes nothing.
+			w.pending, w.base = true, size
+		} else {
+			w.dirty = true // truncated: the file becomes empty at close
+		}
 		return w, fuse.FOPEN_DIRECT_IO, 0
 	}
 	manifest, _ := n.version()
@@ -766,6 +826,10 @@ type writer struct {
 	mu     sync.Mutex
 	dirty  bool
 	closed bool // released: the spool is closed
+	// pending: opened for writing without O_TRUNC on a mount without
+	// atomic O_TRUNC, and not truncated yet; the file's size is base.
+	pending bool
+	base    int64
 }
 
 var (
@@ -812,6 +876,12 @@ func callerProcess(ctx context.Context) uint32 {
 }
 
 func (w *writer) size() int64 {
+	w.mu.Lock()
+	pending, base := w.pending, w.base
+	w.mu.Unlock()
+	if pending {
+		return base
+	}
 	fi, err := w.spool.Stat()
 	if err != nil {
 		return 0
@@ -822,6 +892,9 @@ func (w *writer) size() int64 {
 func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.pending {
+		return 0, syscall.EOPNOTSUPP // no change in place
+	}
 	n, err := w.spool.WriteAt(data, off)
 	w.dirty = true
 	if err != nil {
