@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -253,4 +254,53 @@ func TestPoolMountSplitTruncate(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPoolMountOtherUser: an ordinary user beside root on root's pool
+// mount (-o allow_other) reads what the pool holds, byte-identical and at
+// unaligned offsets, but changes nothing: every file and directory is
+// root's, and the kernel's permission checks (default_permissions) refuse
+// the user's create, write, truncate, rename, unlink and mkdir, leaving
+// the pool as it was.
+func TestPoolMountOtherUser(t *testing.T) {
+	u := otherUser(t)
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a", "-o", "allow_other")
+	for d := filepath.Dir(a); d != "/" && strings.HasPrefix(d, os.TempDir()) && d != filepath.Clean(os.TempDir()); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := psVersion(3, 3<<20+11)
+	if err := os.MkdirAll(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(a, "d", "f")
+	engineWrite(t, f, v, 1)
+	want := fmt.Sprintf("%x", sha256.Sum256(v))
+	out := u.shOK(t, fmt.Sprintf("sha256sum < %s && dd if=%s bs=4096 skip=1000001 count=70001 iflag=skip_bytes,count_bytes status=none | sha256sum", f, f))
+	if lines := strings.Fields(out); len(lines) < 3 || lines[0] != want || lines[2] != fmt.Sprintf("%x", sha256.Sum256(v[1000001:1000001+70001])) {
+		t.Fatalf("the user's reads: %q, want %s and the range's hash", out, want)
+	}
+	for _, script := range []string{
+		"echo x > " + filepath.Join(a, "d", "new"),
+		"echo x > " + f,
+		"echo x >> " + f,
+		"truncate -s 0 " + f,
+		"mv " + f + " " + filepath.Join(a, "d", "moved"),
+		"rm -f " + f,
+		"mkdir " + filepath.Join(a, "d", "sub"),
+		"echo x > " + filepath.Join(a, "top"),
+	} {
+		if out, err := u.sh(script); err == nil || !strings.Contains(out, "denied") {
+			t.Errorf("as %s: %s: %v %q, want permission denied", u.name, script, err, out)
+		}
+	}
+	names := poolNames(t, env)
+	if len(names) != 1 || !names["d/f"] {
+		t.Fatalf("pool names after the user's attempts: %v, want only d/f", names)
+	}
+	if err := sameBytes(f, v, 2); err != nil {
+		t.Fatal(err)
+	}
 }
