@@ -490,7 +490,7 @@ def cmd_size(a):
 # -------------------------------------------------------------------- table
 
 def cmd_table(a):
-    rows = [json.loads(ln) for ln in open(a.results) if ln.strip()]
+    rows = [json.loads(ln) for path in a.results for ln in open(path) if ln.strip()]
     h2d = {r["mem"]: r["gbps"] for r in rows if r["kind"] == "h2d"}
     pin = h2d.get("pinned")
     dd = [r for r in rows if r["kind"] == "dd"]
@@ -557,6 +557,32 @@ def cmd_table(a):
             f.write(txt + "\n")
 
 
+# Where a daemon's CPU goes: the cumulative time of these functions.
+PROFILE_PARTS = [
+    ("splice pack->pipe", "github.com/hanwen/go-fuse/v2/splice.(*Pair).LoadFromAt"),
+    ("splice pipe->/dev/fuse", "github.com/hanwen/go-fuse/v2/splice.(*Pair).WriteToFlags"),
+    ("chunk lookup (index)", "github.com/kvfs/kvfs/store.(*File).Segments"),
+    ("reading requests", "github.com/hanwen/go-fuse/v2/fuse.(*fuseFD).readRequest"),
+    ("sha256", "crypto/internal/fips140/sha256.blockSHANI"),
+    ("spool writes", "github.com/kvfs/kvfs/fs.(*spool).writeData"),
+    ("view resolve (first lookup)", "github.com/kvfs/kvfs/fs.(*prefixFile).resolve"),
+    ("view reads (pread, copy)", "github.com/kvfs/kvfs/fs.(*prefixReader).Read"),
+    ("writev to /dev/fuse", "github.com/hanwen/go-fuse/v2/fuse.(*fuseFD).writevFD"),
+    ("unlink", "github.com/kvfs/kvfs/store.(*Store).RemoveAt"),
+    ("GC", "runtime.gcBgMarkWorker"),
+]
+
+
+def pprof_seconds(v):
+    for unit, m in (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        if v.endswith(unit):
+            try:
+                return float(v[:-len(unit)]) * m
+            except ValueError:
+                continue
+    return None
+
+
 def cmd_profiles(a):
     """`go tool pprof -top` of every CASE.prof in a directory: the whole
     listing (profiles-top.txt) and the top functions of each (profiles.md)."""
@@ -570,7 +596,7 @@ def cmd_profiles(a):
             r = json.loads(ln)
             if r.get("profile"):
                 rows[r["profile"]] = r
-    full, md = [], []
+    full, md, parts = [], [], []
     md.append("| case | restore s | daemon CPU s (timed / prep / mount) | profile: samples | top functions (flat %) |")
     md.append("|---|---|---|---|---|")
     for name in sorted(os.listdir(a.dir)):
@@ -593,10 +619,28 @@ def cmd_profiles(a):
                     fn = fn.replace("github.com/hanwen/go-fuse/v2/", "go-fuse/").replace("github.com/kvfs/kvfs/", "")
                     if f[1] not in ("0%", "0.00%"):
                         top.append("%s %s" % (fn.replace("internal/runtime/syscall/linux.", ""), f[1]))
+        cum = {}
+        rc = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=2000", path], capture_output=True, text=True)
+        for ln in rc.stdout.splitlines():
+            f = ln.split(None, 5)
+            if len(f) == 6 and f[4].endswith("%"):
+                sec = pprof_seconds(f[3])
+                if sec is not None:
+                    cum[f[5].replace(" (inline)", "")] = sec
+        parts.append((name[:-5], total, [cum.get(fn) for _, fn in PROFILE_PARTS]))
         c = rows.get(name, {})
         cpu = " / ".join("%.2f" % c[k] if c.get(k) is not None else "-" for k in ("daemon_cpu", "prep_daemon_cpu", "daemon_cpu_mount"))
         rs = ("%.3f" % c["seconds"]) if c.get("seconds") is not None else ""
         md.append("| %s | %s | %s | %s | %s |" % (name[:-5], rs, cpu if c else "", total or "none", "; ".join(top)))
+    md.append("")
+    md.append("| case | profile samples | " + " | ".join(lbl for lbl, _ in PROFILE_PARTS) + " |")
+    md.append("|---|---|" + "---|" * len(PROFILE_PARTS))
+    for name, total, secs in parts:
+        md.append("| %s | %s | %s |" % (name, total.split(" ")[0] if total else "none",
+                                         " | ".join(("%.2f" % x) if x else "" for x in secs)))
+    md.append("")
+    md.append("(cumulative seconds of the daemon's CPU in each part, from `go tool pprof -top -cum`; "
+              "a case's profile covers its mount's whole life: for a warm case, the untimed read after the mount)")
     with open(os.path.join(a.out, "profiles-top.txt"), "w") as f:
         f.write("\n".join(full))
     with open(os.path.join(a.out, "profiles.md"), "w") as f:
@@ -635,7 +679,7 @@ def main():
     s.add_argument("--sweep", default="", help="warm pread sweep: THREADSxCHUNK_MB,...")
     s.add_argument("--results", required=True)
     t = sub.add_parser("table")
-    t.add_argument("results")
+    t.add_argument("results", nargs="+", help="results.jsonl files of one machine (one table)")
     t.add_argument("--out", default="")
     pp = sub.add_parser("profiles")
     pp.add_argument("dir")
