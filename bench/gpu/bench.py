@@ -9,6 +9,7 @@ Every measurement is one JSON line appended to --results.
 import argparse
 import json
 import os
+import shutil
 import resource
 import statistics
 import subprocess
@@ -27,7 +28,6 @@ MODELS = {
 }
 
 RESULTS = None
-FUSE_LOG = None  # the daemon's --debug-fuse log, to count READ requests
 
 
 def fuse_reads(log, start):
@@ -97,6 +97,64 @@ def proc_cpu(pid):
 def faults():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_majflt
+
+
+class Daemon:
+    """The kvfs daemon of the kvfs cases, mounted again for each case with
+    its own --cpu-profile (CASE.prof under profile_dir), so that every case
+    has a profile of its own. An unmount takes the mount's page cache with
+    it: a warm case reads the file once (untimed) after its mount."""
+
+    def __init__(self, kvfs, store, mnt, profile_dir, trace=False):
+        self.kvfs, self.store, self.mnt, self.dir, self.trace = kvfs, store, mnt, profile_dir, trace
+        self.p = None
+        self.pid = None
+        self.log = None
+        self.case = None
+        os.makedirs(profile_dir, exist_ok=True)
+
+    def mounted(self):
+        with open("/proc/mounts") as f:
+            return any(ln.split()[1] == self.mnt and ln.split()[2].startswith("fuse") for ln in f)
+
+    def start(self, case):
+        self.stop()
+        self.case = case
+        self.log = os.path.join(self.dir, case + ".log")
+        cmd = [self.kvfs, "mount", "--foreground", "--cpu-profile", os.path.join(self.dir, case + ".prof")]
+        if self.trace:
+            cmd += ["--debug-fuse", "--log-level", "debug"]
+        os.makedirs(self.mnt, exist_ok=True)
+        with open(self.log, "wb") as lf:
+            self.p = subprocess.Popen(cmd + [self.store, self.mnt], stderr=lf, stdout=lf)
+        for _ in range(300):
+            if self.mounted():
+                break
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not self.mounted():
+            raise RuntimeError("kvfs did not mount: " + open(self.log, errors="replace").read()[-2000:])
+        self.pid = self.p.pid
+
+    def stop(self):
+        if self.p is None:
+            return
+        r = subprocess.run([self.kvfs, "unmount", self.mnt], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.p.terminate()
+        try:
+            self.p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.p = self.pid = None
+        if not self.trace and self.log and os.path.getsize(self.log) == 0:
+            os.unlink(self.log)
+
+
+DAEMON = None
+DRY = False  # --dry: no torch, no GPU: host buffers, no verification
 
 
 # ---------------------------------------------------------------- GPU parts
@@ -211,38 +269,83 @@ def restore_case(*args, **kw):
         emit(kind="error", case=[str(x) for x in args[2:8]], error=repr(e))
 
 
-def _restore_case(torch, restorers, method, path, source, model, tokens, temp, verify, daemon_pid, reps, prefix=None):
-    cold = temp.startswith("cold")
-    dropped = drop_caches() if cold else None
-    times, extra = [], {}
-    extra_st = {}
-    log0 = os.path.getsize(FUSE_LOG) if FUSE_LOG and source.startswith("kvfs") else None
-    for i in range(1 if cold else reps):
-        c0, f0 = proc_cpu(daemon_pid), faults()
+def run_method(torch, restorers, method, path, prefix=None):
+    if torch is not None:
         torch.cuda.synchronize()
-        if method.startswith("pread"):
-            ts, st = restorers(int(method[5:])).restore(path, tokens=prefix)
-        elif method == "mmapreg":
-            ts, st = kvrestore.restore_mmap_registered(path)
+    if method.startswith("pread"):
+        return restorers(int(method[5:])).restore(path, tokens=prefix)
+    if method == "mmapreg":
+        return kvrestore.restore_mmap_registered(path)
+    if DRY:
+        return dry_mmap(path)
+    return kvrestore.restore_mmap(path, threads=int(method[4:] or 1))
+
+
+def dry_mmap(path):
+    """--dry's mmap method: copy each tensor out of a mapping into bytes."""
+    import mmap
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        snap = kvrestore.read_header(f.fileno())
+        mm = mmap.mmap(f.fileno(), snap.size, prot=mmap.PROT_READ)
+    out = [bytes(mm[s.file_off:s.file_off + s.nbytes]) for s in snap.slots]
+    mm.close()
+    return out, {"seconds": time.perf_counter() - t0, "bytes": snap.tensor_bytes}
+
+
+def _restore_case(torch, restorers, method, path, source, model, tokens, temp, verify, daemon, reps, prefix=None):
+    cold = temp.startswith("cold")
+    extra_st = {}
+    extra = {}
+    case = None
+    pid = None
+    if daemon is not None:
+        # A mount of its own, and so a CPU profile of its own, for this case.
+        case = "%s-%d-%s-%s-%s" % (model, tokens, source, method, temp)
+        daemon.start(case)
+        pid = daemon.pid
+        extra["profile"] = case + ".prof"
+        prep = None
+        if not cold:
+            prep = "read once after the mount (fills its page cache)"
+        elif source == "kvfs-view" and temp != "cold-first":
+            prep = "first open (the view's hashes), then caches dropped"
+        if prep:
+            c0 = proc_cpu(pid)
+            t0 = time.perf_counter()
+            ts, _ = run_method(torch, restorers, method, path, prefix)
+            del ts
+            c1 = proc_cpu(pid)
+            extra.update(prep=prep, prep_seconds=time.perf_counter() - t0, prep_daemon_cpu=c1[0] - c0[0])
+    dropped = drop_caches() if cold else None
+    times = []
+    log0 = os.path.getsize(daemon.log) if daemon is not None and daemon.trace else None
+    for i in range(1 if cold else reps):
+        c0, f0 = proc_cpu(pid), faults()
+        ts, st = run_method(torch, restorers, method, path, prefix)
+        c1, f1 = proc_cpu(pid), faults()
+        if method == "mmapreg":
             extra_st = {k: st[k] for k in ("map_seconds", "register_seconds", "copy_seconds", "unregister_seconds")}
-        else:
-            ts, st = kvrestore.restore_mmap(path, threads=int(method[4:] or 1))
-        c1, f1 = proc_cpu(daemon_pid), faults()
         times.append(st["seconds"])
         if i == 0:
             t0 = time.perf_counter()
-            ok = all(verify(s, t) for s, t in enumerate(ts))
-            extra = dict(verified=ok, verify_seconds=time.perf_counter() - t0, bytes=st["bytes"],
+            ok = all(verify(s, t) for s, t in enumerate(ts)) if verify else None
+            extra.update(verified=ok, verify_seconds=time.perf_counter() - t0, bytes=st["bytes"],
                          minflt=f1[0] - f0[0], majflt=f1[1] - f0[1])
             if c0:
                 extra.update(daemon_cpu=c1[0] - c0[0], daemon_rchar=(c1[1] - c0[1]) if c1[1] is not None else None)
-            if not ok:
+            if ok is False:
                 print("VERIFY FAILED", method, path, file=sys.stderr)
+        elif c0:
+            extra["daemon_cpu_reps"] = extra.get("daemon_cpu_reps", 0) + c1[0] - c0[0]
         del ts
     sec = statistics.median(times)
     if log0 is not None:
-        extra["fuse"] = fuse_reads(FUSE_LOG, log0)
+        extra["fuse"] = fuse_reads(daemon.log, log0)
     extra.update(extra_st)
+    if daemon is not None:
+        extra["daemon_cpu_mount"] = proc_cpu(pid)[0]  # the mount's whole life: what its profile covers
+        daemon.stop()  # writes the case's profile
     emit(kind="restore", model=model, tokens=tokens, source=source, method=method, temp=temp,
          prefix=prefix, dropped=dropped, seconds=sec, all=times, gbps=extra["bytes"] / sec / 1e9, **extra)
 
@@ -257,91 +360,137 @@ def dd_cold(path):
 
 
 def cmd_size(a):
-    import torch
-    torch.cuda.init()
-    emit(kind="gpu", name=torch.cuda.get_device_name(), torch=torch.__version__,
-         cpus=os.cpu_count(), args=vars(a))
-    if a.h2d:
-        h2d_bandwidth(torch)
-    if a.prefill_tokens and a.prefill_tokens != "none":
-        prefill(torch, a.model, a.prefill_layers or MODELS[a.model]["num_hidden_layers"],
-                [int(x) for x in a.prefill_tokens.split(",")], a.reps)
+    global DAEMON
+    if DRY:
+        torch = None
+        emit(kind="gpu", name="none (--dry: host buffers, no verification)", cpus=os.cpu_count(), args=vars(a))
+    else:
+        import torch
+        torch.cuda.init()
+        emit(kind="gpu", name=torch.cuda.get_device_name(), torch=torch.__version__,
+             cpus=os.cpu_count(), args=vars(a))
+        if a.h2d:
+            h2d_bandwidth(torch)
+        if a.prefill_tokens and a.prefill_tokens != "none":
+            prefill(torch, a.model, a.prefill_layers or MODELS[a.model]["num_hidden_layers"],
+                    [int(x) for x in a.prefill_tokens.split(",")], a.reps)
     if not a.tokens:
         return
     L = MODELS[a.model]["num_hidden_layers"]
     T = a.tokens
     name = "%s-%d.mlxkv" % (a.model, T)
     plain = os.path.join(a.plain_dir, name)
-    paths = [plain] + ([os.path.join(a.mount, name)] if a.mount else [])
-    for p in paths:
+    daemon = None
+    if a.mount:
+        daemon = DAEMON = Daemon(a.kvfs, a.store, a.mount, a.profile_dir, trace=a.fuse_trace)
+    mnt_path = os.path.join(a.mount, name) if a.mount else None
+    for p in [plain]:
         if os.path.exists(p):
             os.unlink(p)
-    r = subprocess.run([a.mkkv, "-layers", str(L), "-heads", str(a.kv_heads), "-headdim", str(a.head_dim), "-tokens", str(T),
-                        "-seed", str(a.seed), "-model", "bench/gpu-" + a.model] + paths[::-1],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit("mkkv: " + r.stderr)
-    emit(kind="write", model=a.model, tokens=T, mkkv=json.loads(r.stdout))
-    if a.kvfs:
-        r = subprocess.run([a.kvfs, "inspect", plain], capture_output=True, text=True)
-        emit(kind="inspect", rc=r.returncode, out=r.stdout.splitlines()[:12], err=r.stderr[-500:])
-    dd_cold(plain)
-    verify = make_verifier(torch, a.seed)
+    # Both copies at once, or one after the other (each written, restored
+    # and removed before the next) when the disk cannot hold both.
+    need = L * 2 * a.kv_heads * a.head_dim * T * 2
+    free = shutil.disk_usage(a.plain_dir).free
+    seq = a.sequential or (a.mount and free < 2 * need + (2 << 30))
+    emit(kind="disk", path=a.plain_dir, free=free, snapshot_bytes=need, sequential=bool(seq))
+    if a.mount and free < need + (1 << 30):
+        emit(kind="warn", msg="the disk cannot hold one copy: %d free, %d needed" % (free, need))
+        return
+    sources = [("plain", plain)] + ([("kvfs", mnt_path)] if a.mount else [])
+    groups = [[s] for s in sources] if seq else [sources]
+    verify = None if DRY else make_verifier(torch, a.seed)
     pools = {}
 
     def restorer(n):
         if n not in pools:
-            pools[n] = kvrestore.Restorer(threads=n, chunk_bytes=a.chunk_mb << 20)
+            be = kvrestore.BytesBackend() if DRY else None
+            pools[n] = kvrestore.Restorer(threads=n, chunk_bytes=a.chunk_mb << 20, backend=be)
             emit(kind="pool", threads=n, chunk_bytes=a.chunk_mb << 20, pin_seconds=pools[n].pool_seconds)
         return pools[n]
 
-    # Warm the GPU allocator and the code paths once (not recorded).
-    ts, _ = restorer(a.threads).restore(plain)
-    del ts
-    sources = [("plain", plain)] + ([("kvfs", paths[1])] if a.mount else [])
-    for method in filter(None, a.methods.split(",")):
-        for source, p in sources:
-            for temp in ("cold", "warm"):
-                restore_case(torch, restorer, method, p, source, a.model, T, temp, verify,
-                             a.daemon_pid if source == "kvfs" else None, a.reps)
-    if a.prefix and a.prefix < T:
-        pv = make_verifier(torch, a.seed, full_tokens=T)
-        if a.mount:
-            view = os.path.join(a.mount, ".kvfs", "prefix", name + "@%d" % a.prefix)
-            # first open of the view: the daemon hashes the N tokens' bytes (cold)
-            for temp in ("cold-first", "cold", "warm"):
-                restore_case(torch, restorer, "pread%d" % a.threads, view, "kvfs-view", a.model, a.prefix,
-                             temp, pv, a.daemon_pid, a.reps)
-        for temp in ("cold", "warm"):
-            restore_case(torch, restorer, "pread%d" % a.threads, plain, "plain-rows", a.model, a.prefix,
-                         temp, pv, None, a.reps, prefix=a.prefix)
-    for spec in filter(None, a.sweep.split(",")):
-        spec, _, us = spec.partition("@")  # THREADSxMB[@switch interval in us]
-        n, mb = (int(x) for x in spec.split("x"))
-        r = kvrestore.Restorer(threads=n, chunk_bytes=mb << 20, switch_interval=(int(us) / 1e6) if us else None)
-        for source, p in sources:
-            ts, _ = r.restore(p)  # warm the cache and the pool
+    warmed = False
+    for group in groups:
+        names = [src for src, _ in group]
+        if "kvfs" in names:
+            daemon.start("%s-%d-kvfs-write" % (a.model, T))  # the write's profile
+        paths = [p for _, p in group]
+        r = subprocess.run([a.mkkv, "-layers", str(L), "-heads", str(a.kv_heads), "-headdim", str(a.head_dim), "-tokens", str(T),
+                            "-seed", str(a.seed), "-model", "bench/gpu-" + a.model] + paths[::-1],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("mkkv: " + r.stderr)
+        wcpu = proc_cpu(daemon.pid)[0] if "kvfs" in names else None
+        emit(kind="write", model=a.model, tokens=T, sources=names, mkkv=json.loads(r.stdout), daemon_cpu=wcpu)
+        if "kvfs" in names:
+            daemon.stop()
+        if "plain" in names:
+            if a.kvfs:
+                r = subprocess.run([a.kvfs, "inspect", plain], capture_output=True, text=True)
+                emit(kind="inspect", rc=r.returncode, out=r.stdout.splitlines()[:12], err=r.stderr[-500:])
+            dd_cold(plain)
+        if not warmed:
+            # Warm the GPU allocator and the code paths once (not recorded).
+            if "kvfs" in names and "plain" not in names:
+                daemon.start("%s-%d-warmup" % (a.model, T))
+            ts, _ = restorer(a.threads).restore(paths[0])
             del ts
-            times = []
-            for _ in range(a.reps):
-                ts, st = r.restore(p)
-                times.append(st["seconds"])
+            if "kvfs" in names and "plain" not in names:
+                daemon.stop()
+            warmed = True
+        for method in filter(None, a.methods.split(",")):
+            for source, p in group:
+                for temp in ("cold", "warm"):
+                    restore_case(torch, restorer, method, p, source, a.model, T, temp, verify,
+                                 daemon if source == "kvfs" else None, a.reps)
+        if a.prefix and a.prefix < T:
+            pv = None if DRY else make_verifier(torch, a.seed, full_tokens=T)
+            if "kvfs" in names:
+                view = os.path.join(a.mount, ".kvfs", "prefix", name + "@%d" % a.prefix)
+                # cold-first: the first open of the view after the mount,
+                # where the daemon hashes the N tokens' bytes
+                for temp in ("cold-first", "cold", "warm"):
+                    restore_case(torch, restorer, "pread%d" % a.threads, view, "kvfs-view", a.model, a.prefix,
+                                 temp, pv, daemon, a.reps)
+            if "plain" in names:
+                for temp in ("cold", "warm"):
+                    restore_case(torch, restorer, "pread%d" % a.threads, plain, "plain-rows", a.model, a.prefix,
+                                 temp, pv, None, a.reps, prefix=a.prefix)
+        for spec in filter(None, a.sweep.split(",")):
+            spec, _, us = spec.partition("@")  # THREADSxMB[@switch interval in us]
+            n, mb = (int(x) for x in spec.split("x"))
+            r = kvrestore.Restorer(threads=n, chunk_bytes=mb << 20, switch_interval=(int(us) / 1e6) if us else None,
+                                   backend=kvrestore.BytesBackend() if DRY else None)
+            for source, p in group:
+                if source == "kvfs":
+                    daemon.start("%s-%d-kvfs-sweep-%dx%d" % (a.model, T, n, mb))
+                ts, _ = r.restore(p)  # warm the cache and the pool
                 del ts
-            sec = statistics.median(times)
-            emit(kind="sweep", model=a.model, tokens=T, source=source, threads=n, chunk_mb=mb, switch_us=int(us or 5000), seconds=sec,
-                 all=times, gbps=st["bytes"] / sec / 1e9)
-        r.close()
+                times = []
+                for _ in range(a.reps):
+                    ts, st = r.restore(p)
+                    times.append(st["seconds"])
+                    del ts
+                if source == "kvfs":
+                    daemon.stop()
+                sec = statistics.median(times)
+                emit(kind="sweep", model=a.model, tokens=T, source=source, threads=n, chunk_mb=mb, switch_us=int(us or 5000), seconds=sec,
+                     all=times, gbps=st["bytes"] / sec / 1e9)
+            r.close()
+        if not a.keep:
+            if "kvfs" in names:
+                daemon.start("%s-%d-kvfs-remove" % (a.model, T))
+            for p in paths:
+                os.unlink(p)
+            if "kvfs" in names:
+                daemon.stop()
     for r in pools.values():
         r.close()
-    if not a.keep:
-        for p in paths:
-            os.unlink(p)
 
 
 # -------------------------------------------------------------------- table
 
 def cmd_table(a):
-    rows = [json.loads(ln) for ln in open(a.results) if ln.strip()]
+    rows = [json.loads(ln) for path in a.results for ln in open(path) if ln.strip()]
     h2d = {r["mem"]: r["gbps"] for r in rows if r["kind"] == "h2d"}
     pin = h2d.get("pinned")
     dd = [r for r in rows if r["kind"] == "dd"]
@@ -408,6 +557,97 @@ def cmd_table(a):
             f.write(txt + "\n")
 
 
+# Where a daemon's CPU goes: the cumulative time of these functions.
+PROFILE_PARTS = [
+    ("splice pack->pipe", "github.com/hanwen/go-fuse/v2/splice.(*Pair).LoadFromAt"),
+    ("splice pipe->/dev/fuse", "github.com/hanwen/go-fuse/v2/splice.(*Pair).WriteToFlags"),
+    ("chunk lookup (index)", "github.com/kvfs/kvfs/store.(*File).Segments"),
+    ("reading requests", "github.com/hanwen/go-fuse/v2/fuse.(*fuseFD).readRequest"),
+    ("sha256", "crypto/internal/fips140/sha256.blockSHANI"),
+    ("spool writes", "github.com/kvfs/kvfs/fs.(*spool).writeData"),
+    ("view resolve (first lookup)", "github.com/kvfs/kvfs/fs.(*prefixFile).resolve"),
+    ("view reads (pread, copy)", "github.com/kvfs/kvfs/fs.(*prefixReader).Read"),
+    ("writev to /dev/fuse", "github.com/hanwen/go-fuse/v2/fuse.(*fuseFD).writevFD"),
+    ("unlink", "github.com/kvfs/kvfs/store.(*Store).RemoveAt"),
+    ("GC", "runtime.gcBgMarkWorker"),
+]
+
+
+def pprof_seconds(v):
+    for unit, m in (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        if v.endswith(unit):
+            try:
+                return float(v[:-len(unit)]) * m
+            except ValueError:
+                continue
+    return None
+
+
+def cmd_profiles(a):
+    """`go tool pprof -top` of every CASE.prof in a directory: the whole
+    listing (profiles-top.txt) and the top functions of each (profiles.md)."""
+    go = a.go or shutil.which("go")
+    if not go:
+        print("bench.py profiles: no go to run pprof with", file=sys.stderr)
+        return
+    rows = {}
+    if a.results:
+        for ln in open(a.results):
+            r = json.loads(ln)
+            if r.get("profile"):
+                rows[r["profile"]] = r
+    full, md, parts = [], [], []
+    md.append("| case | restore s | daemon CPU s (timed / prep / mount) | profile: samples | top functions (flat %) |")
+    md.append("|---|---|---|---|---|")
+    for name in sorted(os.listdir(a.dir)):
+        if not name.endswith(".prof"):
+            continue
+        path = os.path.join(a.dir, name)
+        r = subprocess.run([go, "tool", "pprof", "-top", "-nodecount=%d" % a.nodes, path], capture_output=True, text=True)
+        full.append("==== %s\n%s%s" % (name, r.stdout, r.stderr))
+        total, top = "", []
+        body = False
+        for ln in r.stdout.splitlines():
+            if "Total samples" in ln:
+                total = ln.split("Total samples =")[1].strip()
+            elif ln.strip().startswith("flat"):
+                body = True
+            elif body and len(top) < a.top:
+                f = ln.split()
+                if len(f) >= 6:
+                    fn = " ".join(f[5:])
+                    fn = fn.replace("github.com/hanwen/go-fuse/v2/", "go-fuse/").replace("github.com/kvfs/kvfs/", "")
+                    if f[1] not in ("0%", "0.00%"):
+                        top.append("%s %s" % (fn.replace("internal/runtime/syscall/linux.", ""), f[1]))
+        cum = {}
+        rc = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=2000", path], capture_output=True, text=True)
+        for ln in rc.stdout.splitlines():
+            f = ln.split(None, 5)
+            if len(f) == 6 and f[4].endswith("%"):
+                sec = pprof_seconds(f[3])
+                if sec is not None:
+                    cum[f[5].replace(" (inline)", "")] = sec
+        parts.append((name[:-5], total, [cum.get(fn) for _, fn in PROFILE_PARTS]))
+        c = rows.get(name, {})
+        cpu = " / ".join("%.2f" % c[k] if c.get(k) is not None else "-" for k in ("daemon_cpu", "prep_daemon_cpu", "daemon_cpu_mount"))
+        rs = ("%.3f" % c["seconds"]) if c.get("seconds") is not None else ""
+        md.append("| %s | %s | %s | %s | %s |" % (name[:-5], rs, cpu if c else "", total or "none", "; ".join(top)))
+    md.append("")
+    md.append("| case | profile samples | " + " | ".join(lbl for lbl, _ in PROFILE_PARTS) + " |")
+    md.append("|---|---|" + "---|" * len(PROFILE_PARTS))
+    for name, total, secs in parts:
+        md.append("| %s | %s | %s |" % (name, total.split(" ")[0] if total else "none",
+                                         " | ".join(("%.2f" % x) if x else "" for x in secs)))
+    md.append("")
+    md.append("(cumulative seconds of the daemon's CPU in each part, from `go tool pprof -top -cum`; "
+              "a case's profile covers its mount's whole life: for a warm case, the untimed read after the mount)")
+    with open(os.path.join(a.out, "profiles-top.txt"), "w") as f:
+        f.write("\n".join(full))
+    with open(os.path.join(a.out, "profiles.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
 def main():
     global RESULTS
     ap = argparse.ArgumentParser()
@@ -427,23 +667,40 @@ def main():
     s.add_argument("--head-dim", type=int, default=128)
     s.add_argument("--h2d", action="store_true")
     s.add_argument("--plain-dir", required=True)
-    s.add_argument("--mount", default="")
-    s.add_argument("--daemon-pid", type=int, default=0)
+    s.add_argument("--mount", default="", help="mount kvfs here (a mount a case) from --store")
+    s.add_argument("--store", default="")
+    s.add_argument("--profile-dir", default="", help="the daemon's CPU profile a case: CASE.prof (and CASE.log)")
+    s.add_argument("--fuse-trace", action="store_true", help="--debug-fuse daemons: count READs per kvfs case")
+    s.add_argument("--sequential", action="store_true", help="one copy on disk at a time (the default when both do not fit)")
+    s.add_argument("--dry", action="store_true", help="no torch or GPU: host buffers, no verification (to test the plumbing)")
     s.add_argument("--mkkv", required=True)
     s.add_argument("--kvfs", default="")
     s.add_argument("--keep", action="store_true")
     s.add_argument("--sweep", default="", help="warm pread sweep: THREADSxCHUNK_MB,...")
-    s.add_argument("--fuse-log", default="", help="the daemon's --debug-fuse log: count READs per kvfs case")
     s.add_argument("--results", required=True)
     t = sub.add_parser("table")
-    t.add_argument("results")
+    t.add_argument("results", nargs="+", help="results.jsonl files of one machine (one table)")
     t.add_argument("--out", default="")
+    pp = sub.add_parser("profiles")
+    pp.add_argument("dir")
+    pp.add_argument("--results", default="", help="results.jsonl: the cases' times and daemon CPU")
+    pp.add_argument("--out", default=".")
+    pp.add_argument("--go", default="")
+    pp.add_argument("--nodes", type=int, default=25)
+    pp.add_argument("--top", type=int, default=6)
     a = ap.parse_args()
+    if a.cmd == "profiles":
+        cmd_profiles(a)
+        return
     if a.cmd == "size":
         RESULTS = a.results
-        global FUSE_LOG
-        FUSE_LOG = a.fuse_log or None
-        cmd_size(a)
+        global DRY
+        DRY = a.dry
+        try:
+            cmd_size(a)
+        finally:
+            if DAEMON is not None:
+                DAEMON.stop()
     else:
         cmd_table(a)
 
