@@ -23,6 +23,9 @@ type Cache struct {
 	dir   string
 	limit int64
 
+	// verifyAlways hashes every read (Config.VerifyCache).
+	verifyAlways bool
+
 	mu    sync.Mutex
 	lru   *list.List // of *cacheEntry, most recent first
 	byKey map[[32]byte]*list.Element
@@ -87,7 +90,7 @@ func (c *Cache) Get(sum [32]byte) ([]byte, bool) {
 	verified := false
 	if ok {
 		c.lru.MoveToFront(el)
-		verified = el.Value.(*cacheEntry).verified
+		verified = el.Value.(*cacheEntry).verified && !c.verifyAlways
 	}
 	c.mu.Unlock()
 	if !ok {

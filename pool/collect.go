@@ -252,9 +252,9 @@ func (p *Pool) mark(ctx context.Context, live map[string]bool, st *CollectStats)
 			continue
 		}
 		m, err := p.manifest(ctx, name)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || unreadable(err) {
 			st.DanglingNames++
-			p.log.Warn("pool: a name points to a missing manifest", "path", path, "manifest", name)
+			p.log.Warn("pool: a name points to a missing or damaged manifest", "path", path, "manifest", name, "err", err)
 			continue
 		}
 		if err != nil {

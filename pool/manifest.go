@@ -218,3 +218,16 @@ func isHash(s string) bool {
 
 // errCorrupt marks bytes that do not hash to their name.
 var errCorrupt = errors.New("bytes do not match their sha256")
+
+// errNotManifest marks a name whose value cannot name a manifest.
+var errNotManifest = errors.New("not a manifest")
+
+// unreadable reports whether err says that a name's manifest can never
+// be read, by this host or any other: its value names no manifest, or
+// the object under it does not hash to its name. Such a name reaches
+// nothing a reader could get, so the collector, the evictor and the
+// repacker pass over it (logged) instead of failing on it for good. A
+// manifest this kvfs cannot parse is not such a one: a newer kvfs may.
+func unreadable(err error) bool {
+	return errors.Is(err, errCorrupt) || errors.Is(err, errNotManifest)
+}

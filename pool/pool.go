@@ -20,6 +20,11 @@ type Config struct {
 	// (0: 1 GiB). An empty CacheDir keeps no cache.
 	CacheDir   string
 	CacheBytes int64
+	// VerifyCache hashes a cached chunk on every read, not only the
+	// first time this process reads it: a cache file damaged while the
+	// daemon runs (by the disk, or another root process) is then a miss,
+	// never wrong bytes (kvfs mount --verify).
+	VerifyCache bool
 	// ChunkSize is the size of the chunks files are cut into (0: 1 MiB).
 	ChunkSize int64
 	// PackBytes is the size at which a publish closes a pack object (0:
@@ -60,6 +65,11 @@ type Pool struct {
 type loc struct {
 	pack     string
 	off, len int64
+	// checked: this process read the chunk's bytes at this place and
+	// they matched its sha256, or uploaded them there. A place learned
+	// from a manifest alone is a claim of whoever wrote it, which a
+	// publish checks before reusing it (publishing.reuse).
+	checked bool
 }
 
 // Open joins the pool that cfg describes.
@@ -127,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 			cli.Close()
 			return nil, err
 		}
+		p.cache.verifyAlways = cfg.VerifyCache
 		if p.know, err = openKnowledge(cfg.CacheDir); err != nil {
 			cli.Close()
 			return nil, err

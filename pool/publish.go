@@ -174,6 +174,9 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		return "", err
 	}
 	p.learn(name, &w.m)
+	for _, c := range w.m.Chunks {
+		p.checked(c) // uploaded, or checked before its reuse
+	}
 	return name, nil
 }
 
@@ -198,6 +201,9 @@ func (w *publishing) add(ctx context.Context, b []byte) error {
 	w.p.mu.Unlock()
 	if known {
 		ok, err := w.verify(ctx, l.pack)
+		if err == nil && ok && !l.checked {
+			ok, err = w.reuse(ctx, sum, l, int64(len(b)))
+		}
 		if err != nil {
 			return err
 		}
@@ -237,6 +243,37 @@ func (w *publishing) verify(ctx context.Context, pack string) (bool, error) {
 		return false, nil
 	}
 	return false, err
+}
+
+// reuse checks, once per process, a chunk's place that this host knows
+// only from a manifest: it reads the range and hashes it. A manifest
+// that lies about a chunk's place (written by a faulty host, or by anyone
+// who can write to the bucket and etcd), or a pack damaged in the store,
+// would otherwise make every later publish of that chunk, by every honest
+// host, point at bytes that are not it: files that publish without an
+// error and never read back. A place that does not hold the chunk is
+// forgotten, and the chunk is uploaded anew.
+func (w *publishing) reuse(ctx context.Context, sum [32]byte, l loc, n int64) (bool, error) {
+	if l.len == n {
+		octx, cancel := w.p.op(ctx)
+		b, err := w.p.objs.ReadRange(octx, packDir+l.pack, l.off, n)
+		cancel()
+		if err == nil && sha256.Sum256(b) == sum {
+			w.p.checked(ChunkRef{Sum: sum, Pack: l.pack, Off: l.off, Len: n})
+			return true, nil
+		}
+		if err != nil && !errors.Is(err, ErrNoObject) {
+			return false, err
+		}
+	}
+	w.p.mu.Lock()
+	if cur, ok := w.p.known[sum]; ok && cur.pack == l.pack && cur.off == l.off {
+		delete(w.p.known, sum)
+	}
+	w.p.mu.Unlock()
+	w.p.log.Warn("pool: a manifest places a chunk where its bytes are not; it is uploaded again",
+		"chunk", hex.EncodeToString(sum[:]), "pack", l.pack, "off", l.off, "len", l.len)
+	return false, nil
 }
 
 // flush uploads the open pack, if it holds anything.
@@ -319,9 +356,23 @@ func (p *Pool) remember(name string, m *Manifest) bool {
 		clear(p.known)
 	}
 	for _, c := range m.Chunks {
+		if l, ok := p.known[c.Sum]; ok && l.checked {
+			continue // a place checked beats a claim
+		}
 		p.known[c.Sum] = loc{pack: c.Pack, off: c.Off, len: c.Len}
 	}
 	return true
+}
+
+// checked records that chunk c's bytes were read at its place and
+// matched its sum, or were uploaded there.
+func (p *Pool) checked(c ChunkRef) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.known) >= maxKnown {
+		clear(p.known)
+	}
+	p.known[c.Sum] = loc{pack: c.Pack, off: c.Off, len: c.Len, checked: true}
 }
 
 // learnNames reads the manifests of names this host has not seen, so
@@ -329,10 +380,15 @@ func (p *Pool) remember(name string, m *Manifest) bool {
 // through several hosts stores each chunk once). What it learns is only a
 // hint: a publish verifies every pack it reuses. Failures only cost
 // dedup, and are logged.
+//
+// All of it is bounded by one OpTimeout, and it stops at the first
+// manifest that cannot be read for any reason but its absence: a
+// publish must not wait names × OpTimeout behind a slow or stopped
+// service (red team 23: a 2-byte file's close took 81 s with S3 stopped).
 func (p *Pool) learnNames(ctx context.Context) {
-	octx, cancel := p.op(ctx)
-	names, _, err := p.coord.names(octx, "", 0)
-	cancel()
+	lctx, cancel := context.WithTimeout(ctx, p.opTimeout)
+	defer cancel()
+	names, _, err := p.coord.names(lctx, "", 0)
 	if err != nil {
 		p.log.Warn("pool: names not read for dedup", "err", err)
 		return
@@ -344,8 +400,14 @@ func (p *Pool) learnNames(ctx context.Context) {
 		if seen {
 			continue
 		}
-		if m, err := p.manifest(ctx, name); err == nil {
+		m, err := p.manifest(lctx, name)
+		if err == nil {
 			p.learn(name, m)
+			continue
+		}
+		if lctx.Err() != nil || !(errors.Is(err, fs.ErrNotExist) || unreadable(err)) {
+			p.log.Warn("pool: manifests not read for dedup", "err", err)
+			return
 		}
 	}
 }

@@ -194,7 +194,7 @@ func (p *Pool) manifest(ctx context.Context, name string) (*Manifest, error) {
 		return m, nil
 	}
 	if !isHash(name) {
-		return nil, fmt.Errorf("name points to %q, not a manifest hash: %w", name, syscall.EIO)
+		return nil, fmt.Errorf("name points to %q, not a manifest hash: %w: %w", name, errNotManifest, syscall.EIO)
 	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
@@ -254,6 +254,11 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 		from := int64(0)
 		if k == 0 {
 			from = off - int64(first)*cs
+		}
+		if want := f.m.Chunks[first+k].Len; int64(len(data)) != want || from > want {
+			// Every source checks this (Pool.chunk); a slip here would
+			// place later chunks at wrong offsets.
+			return 0, fmt.Errorf("read %s at %d: chunk %d: %d bytes, want %d: %w", f.path, off, first+k, len(data), want, syscall.EIO)
 		}
 		n += copy(b[n:], data[from:])
 	}
@@ -364,6 +369,12 @@ func (f *File) readAhead(from int) {
 func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	if p.cache != nil {
 		if b, ok := p.cache.Get(c.Sum); ok {
+			if int64(len(b)) != c.Len {
+				// The sum names these bytes, whose length the manifest
+				// contradicts: the manifest lies (it came from another
+				// host, or anyone who can write to the bucket).
+				return nil, fmt.Errorf("chunk %x: %d bytes, the manifest says %d: %w: %w", c.Sum, len(b), c.Len, errCorrupt, syscall.EIO)
+			}
 			return b, nil
 		}
 	}
@@ -380,6 +391,7 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	if sha256.Sum256(b) != c.Sum {
 		return nil, fmt.Errorf("chunk %x in pack %s at %d: %w: %w", c.Sum, c.Pack, c.Off, errCorrupt, syscall.EIO)
 	}
+	p.checked(c)
 	if p.cache != nil {
 		if err := p.cache.Add(c.Sum, b); err != nil {
 			p.log.Warn("pool: chunk not cached", "err", err)

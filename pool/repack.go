@@ -24,6 +24,7 @@ type RepackStats struct {
 	NewPacks    int   // packs uploaded to hold them
 	Names       int   // names moved to manifests that use the new packs
 	Skipped     int   // names that changed meanwhile (their packs stay live)
+	Damaged     int   // sparse packs left as they are: a chunk of theirs is damaged or gone
 }
 
 // packUse is what the names reach of one pack object.
@@ -62,7 +63,7 @@ func (p *Pool) repack(ctx context.Context, threshold float64, grace time.Duratio
 			continue
 		}
 		m, err := p.manifest(ctx, name)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || unreadable(err) {
 			continue // a dangling name (the sweep's marking reports it) reaches nothing
 		}
 		if err != nil {
@@ -170,6 +171,7 @@ func (p *Pool) rewrite(ctx context.Context, names map[string]string, manifests m
 		pending = pending[:0]
 		return nil
 	}
+packs:
 	for _, name := range slices.Sorted(maps.Keys(sparse)) {
 		u := sparse[name]
 		refs := make([]ChunkRef, 0, len(u.chunks))
@@ -185,6 +187,15 @@ func (p *Pool) rewrite(ctx context.Context, names map[string]string, manifests m
 			default:
 			}
 			b, err := p.chunk(ctx, c)
+			if errors.Is(err, errCorrupt) || errors.Is(err, errPackGone) {
+				// A damaged or missing chunk: the pack stays as it is
+				// (what was copied of it serves as any copy does), so
+				// that one bad chunk does not stop every collection.
+				p.log.Warn("pool: a sparse pack is not rewritten: one of its chunks cannot be read", "pack", name, "err", err)
+				delete(sparse, name)
+				st.Damaged++
+				continue packs
+			}
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPoolMountNewFileHere: a new file being written through a pool mount,
@@ -302,5 +304,68 @@ func TestPoolMountOtherUser(t *testing.T) {
 	}
 	if err := sameBytes(f, v, 2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPoolMountReadsAcrossRepack: a collection that rewrites the pack of
+// a file nobody changes (its name moves to a copy of its manifest, and
+// the old manifest and pack are deleted in the same round) must not fail
+// an open of it on another host, whose kernel entry still leads to the
+// old version for up to a second (red team 23: ENOENT). The open is told
+// ESTALE and the kernel looks the name up again.
+func TestPoolMountReadsAcrossRepack(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	b := poolMount(t, env, "b")
+	opens, bad := 0, 0
+	var firstErr error
+	for round := range 3 {
+		// keep is the first 3 MiB of big, so its chunks lie in big's
+		// pack: removing big makes that pack sparse, and the collection
+		// rewrites it and moves keep.
+		big := psVersion(uint64(20+round), 20<<20+1)
+		keep := big[:3<<20]
+		bigName, keepName := fmt.Sprintf("big%d", round), fmt.Sprintf("keep%d", round)
+		engineWrite(t, filepath.Join(a, bigName), big, 1)
+		engineWrite(t, filepath.Join(a, keepName), keep, 2)
+		waitFor(t, "keep through B", func() error { return sameBytes(filepath.Join(b, keepName), keep, 3) })
+		if err := os.Remove(filepath.Join(a, bigName)); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				got, err := os.ReadFile(filepath.Join(b, keepName))
+				opens++
+				if err == nil && !bytes.Equal(got, keep) {
+					err = fmt.Errorf("%d bytes, not the %d written", len(got), len(keep))
+				}
+				if err != nil {
+					bad++
+					if firstErr == nil {
+						firstErr = err
+					}
+				}
+			}
+		}()
+		code, out, errOut := poolKvfs(t, env, "gc", "--pool", rt23Env(env, "KVFS_POOL"), "--grace", "1ms", "--threshold", "0.3")
+		time.Sleep(1500 * time.Millisecond) // past B's entry timeout
+		close(stop)
+		wg.Wait()
+		if code != 0 || !strings.Contains(out, "1 sparse packs") {
+			t.Fatalf("kvfs gc: exit %d, want one pack rewritten\n%s%s", code, out, errOut)
+		}
+	}
+	t.Logf("%d opens through B during 3 collections that moved the file, %d failed", opens, bad)
+	if bad > 0 {
+		t.Fatalf("%d of %d opens failed or read wrong bytes; first: %v", bad, opens, firstErr)
 	}
 }

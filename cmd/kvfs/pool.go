@@ -25,6 +25,8 @@ type poolFlags struct {
 	pool, endpoint, etcd, credentials, cache string
 	cacheSize                                string
 	timeout                                  time.Duration
+	// verifyCache: kvfs mount --verify (pool.Config.VerifyCache).
+	verifyCache bool
 }
 
 func (f *poolFlags) add(fs *pflag.FlagSet) {
@@ -57,12 +59,13 @@ func (f *poolFlags) open(ctx context.Context, stderr io.Writer) (*pool.Pool, err
 		return nil, usagef("--pool-timeout: want a positive duration")
 	}
 	return pool.Open(ctx, pool.Config{
-		S3:         pool.S3Config{Pool: f.pool, Endpoint: f.endpoint, AccessKey: key, SecretKey: secret},
-		Etcd:       strings.Split(f.etcd, ","),
-		CacheDir:   f.cache,
-		CacheBytes: size,
-		OpTimeout:  f.timeout,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		S3:          pool.S3Config{Pool: f.pool, Endpoint: f.endpoint, AccessKey: key, SecretKey: secret},
+		Etcd:        strings.Split(f.etcd, ","),
+		CacheDir:    f.cache,
+		CacheBytes:  size,
+		VerifyCache: f.verifyCache,
+		OpTimeout:   f.timeout,
+		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 }
 
@@ -331,10 +334,13 @@ func runPoolGC(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, std
 		fmt.Fprintf(stdout, "%s: %s %d sparse packs (%d live bytes copied into %d new packs); %d names moved, %d changed meanwhile and kept\n",
 			pf.pool, rverb, r.Packs, r.CopiedBytes, r.NewPacks, r.Names, r.Skipped)
 	}
+	if r := st.Repack; r.Damaged > 0 {
+		fmt.Fprintf(stderr, "kvfs gc: %d sparse packs not rewritten: a chunk of theirs is damaged or missing (logged above)\n", r.Damaged)
+	}
 	fmt.Fprintf(stdout, "%s: %d names, %d objects live; %s %d objects (%d bytes); kept %d unreached objects younger than %v\n",
 		pf.pool, st.Names, st.LiveObjects, verb, st.Deleted, st.DeletedBytes, st.YoungKept, grace)
 	if st.DanglingNames > 0 {
-		fmt.Fprintf(stderr, "kvfs gc: %d names point to missing manifests (logged above)\n", st.DanglingNames)
+		fmt.Fprintf(stderr, "kvfs gc: %d names point to missing or damaged manifests (logged above)\n", st.DanglingNames)
 	}
 	return nil
 }

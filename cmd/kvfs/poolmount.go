@@ -58,6 +58,7 @@ func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 // servePool joins the pool, mounts it and serves it until unmounted.
 func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
 	ready := readyReporter(o.readyFD)
+	o.pool.verifyCache = o.verify // every cached chunk hashed at each read
 	p, err := o.pool.open(ctx, os.Stderr)
 	if err != nil {
 		ready("error: " + err.Error())

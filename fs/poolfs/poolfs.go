@@ -203,9 +203,15 @@ func errno(log *slog.Logger, op string, err error) syscall.Errno {
 		return syscall.EIO
 	}
 	log.Error("pool mount: "+op, "err", err)
+	// Only errnos that say something about the file system reach the
+	// caller: a network error (a refused or aborted connection to S3 or
+	// etcd) is an I/O error of the file, not of the caller's socket.
 	var e syscall.Errno
 	if errors.As(err, &e) {
-		return e
+		switch e {
+		case syscall.ENOSPC, syscall.EDQUOT, syscall.ENAMETOOLONG, syscall.EROFS, syscall.EACCES, syscall.EPERM:
+			return e
+		}
 	}
 	return syscall.EIO
 }
@@ -493,6 +499,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if e != 0 {
 		return nil, nil, 0, e
 	}
+	w.dirty = true // a new file is published at its close even if empty
 	n.fsys.fileAttr(&out.Attr, 0)
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), w, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -644,8 +651,15 @@ func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 }
 
 // Setattr allows what cp and the engine's writer do to a file being
-// written (truncate it; chmod and times are accepted and not kept).
+// written: truncate it; times and modes are accepted and not kept. The
+// pool keeps no modes: every file is 0644 on every host, so a chmod that
+// would take reading away from the group or others is refused (EPERM)
+// rather than accepted and not kept, which would leave a file its owner
+// meant to be private readable by everyone the mount admits.
 func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if mode, ok := in.GetMode(); ok && mode&0o044 != 0o044 {
+		return syscall.EPERM
+	}
 	if sz, ok := in.GetSize(); ok {
 		w, isW := fh.(*writer)
 		if !isW && sz == 0 {
@@ -734,6 +748,14 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	var err error
 	if manifest != "" {
 		f, err = n.fsys.opts.Pool.OpenVersion(uninterrupted(ctx), manifest, p)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The version this node stands for is gone (a collection
+			// rewrote its packs and moved its name to a copy, or it was
+			// replaced and collected): the kernel's entry is stale, and
+			// ESTALE makes it look the name up again, once.
+			n.fsys.opts.Logger.Info("pool mount: open of a collected version; looked up again", "path", p, "manifest", manifest)
+			return nil, 0, syscall.ESTALE
+		}
 	} else {
 		f, err = n.fsys.opts.Pool.Open(uninterrupted(ctx), p) // a new file never published here
 	}
@@ -830,6 +852,9 @@ type writer struct {
 	// atomic O_TRUNC, and not truncated yet; the file's size is base.
 	pending bool
 	base    int64
+	// failed is the error of a write that failed: the file is not
+	// published.
+	failed error
 }
 
 var (
@@ -898,6 +923,11 @@ func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	n, err := w.spool.WriteAt(data, off)
 	w.dirty = true
 	if err != nil {
+		// The file is not what its writer wrote: it is not published
+		// (a close reports the failure), so other hosts never see a
+		// part of it. Its bytes are kept as those of any failed
+		// publish are.
+		w.failed = err
 		return uint32(n), errno(w.fsys.opts.Logger, "write "+w.node.path(), err)
 	}
 	return uint32(n), 0
@@ -917,6 +947,9 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 	defer w.mu.Unlock()
 	if !w.dirty {
 		return 0
+	}
+	if w.failed != nil {
+		return errno(w.fsys.opts.Logger, "publish "+w.node.path(), fmt.Errorf("an earlier write failed: %w", w.failed))
 	}
 	w.node.pub.Lock()
 	defer w.node.pub.Unlock()
