@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -94,6 +95,13 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	}
 	if err := os.MkdirAll(opts.SpoolDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pool mount: spool %s: %w", opts.SpoolDir, err)
+	}
+	// Spools of files being written when a daemon died: their writers
+	// got an error, and nothing was published from them.
+	if old, err := filepath.Glob(filepath.Join(opts.SpoolDir, "spool-*")); err == nil {
+		for _, p := range old {
+			os.Remove(p)
+		}
 	}
 	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{},
 		atomicTrunc: runtime.GOOS != "darwin" && !opts.SimulateDarwin}
@@ -870,7 +878,10 @@ func (f *fsys) newWriter(ctx context.Context, node *fileNode) (*writer, syscall.
 	if err != nil {
 		return nil, errno(f.opts.Logger, "spool", err)
 	}
-	os.Remove(spool.Name()) // lives while open; a crash leaves nothing
+	// The spool keeps its name while open, so that a file that cannot
+	// be published is kept by a rename, which needs no descriptor (the
+	// daemon may be out of them: that may be why the publish failed).
+	// Mount removes those a crash left.
 	w := &writer{fsys: f, node: node, spool: spool, opener: callerProcess(ctx)}
 	node.mu.Lock()
 	node.writers = append(node.writers, w)
@@ -1009,45 +1020,43 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	n.mu.Unlock()
 	w.mu.Lock()
 	w.closed = true
+	if e == 0 {
+		os.Remove(w.spool.Name())
+	}
 	w.spool.Close()
 	w.mu.Unlock()
 	return e
 }
 
 // keep saves the bytes of a file whose last publish failed (S3 or etcd
-// unreachable at its close) into the spool directory under a name that
-// says so, and logs how to publish them: the writer's close reported the
-// error, but the bytes are not thrown away with the spool.
+// unreachable at its close) in the spool directory under a name that says
+// so, and logs how to publish them: the writer's close reported the
+// error, but the bytes are not thrown away with the spool. The spool is
+// renamed, not copied: no descriptor, no second copy of the bytes.
 func (w *writer) keep() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	log := w.fsys.opts.Logger
 	name := w.node.path()
-	fi, err := w.spool.Stat()
-	if err != nil {
-		log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
-		return
-	}
 	base := strings.Map(func(r rune) rune {
 		if r == '/' || r < ' ' || r == utf8.RuneError {
 			return '_'
 		}
 		return r
 	}, path.Base(name))
-	f, err := os.CreateTemp(w.fsys.opts.SpoolDir, "unpublished-"+time.Now().UTC().Format("20060102T150405")+"-*-"+base)
-	if err == nil {
-		_, err = io.Copy(f, io.NewSectionReader(w.spool, 0, fi.Size()))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(f.Name())
-		}
+	if len(base) > 128 {
+		base = base[:128]
 	}
-	if err != nil {
+	if !utf8.ValidString(base) {
+		base = strings.ToValidUTF8(base, "_")
+	}
+	id := strings.TrimPrefix(filepath.Base(w.spool.Name()), "spool-")
+	kept := filepath.Join(w.fsys.opts.SpoolDir, "unpublished-"+time.Now().UTC().Format("20060102T150405")+"-"+id+"-"+base)
+	if err := os.Rename(w.spool.Name(), kept); err != nil {
+		os.Remove(w.spool.Name())
 		log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
 		return
 	}
 	log.Error("pool mount: a file could not be published at its close; its bytes are kept",
-		"path", name, "kept", f.Name(), "publish them with", "kvfs pool put "+f.Name()+" "+name)
+		"path", name, "kept", kept, "publish them with", "kvfs pool put "+kept+" "+name)
 }
