@@ -30,6 +30,9 @@ func usedNow() string { return strconv.FormatInt(time.Now().Unix(), 10) }
 // removal is not followed by a stray key). Failures cost only the order
 // of eviction, and are logged.
 func (p *Pool) touch(ctx context.Context, path string) {
+	if p.etcdDown() {
+		return // an outage: the use is not recorded (eviction's order is a hint)
+	}
 	now := time.Now()
 	p.mu.Lock()
 	if last, ok := p.touched[path]; ok && now.Sub(last) < touchEvery {
@@ -48,6 +51,7 @@ func (p *Pool) touch(ctx context.Context, path string) {
 		Then(clientv3.OpPut(p.coord.usedKey(path), usedNow())).
 		Commit()
 	if err != nil {
+		p.readFailed(ctx, err)
 		p.log.Warn("pool: use of a file not recorded (eviction order)", "path", path, "err", err)
 	}
 }

@@ -59,6 +59,7 @@ type Pool struct {
 	snaps     map[string]*SnapInfo // records made late, by manifest (match.go)
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
+	reach       reach // whether etcd answers (reach.go)
 }
 
 // loc is where a chunk lies.
@@ -152,6 +153,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 // Close gives up this host's etcd session (its in-flight publishes end
 // with it) and closes the clients.
 func (p *Pool) Close() error {
+	p.reach.closed.Store(true)
 	p.coord.close()
 	err := p.coord.cli.Close()
 	if p.know != nil {

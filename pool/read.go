@@ -77,10 +77,14 @@ func (p *Pool) resolve(ctx context.Context, op, path string) (string, error) {
 	if err := checkPath(path); err != nil {
 		return "", err
 	}
+	if p.etcdDown() {
+		return "", p.downErr(op, path)
+	}
 	octx, cancel := p.op(ctx)
 	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
 	cancel()
 	if err != nil {
+		p.readFailed(ctx, err)
 		return "", fmt.Errorf("%s %s: etcd: %w", op, path, p.explain(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
@@ -458,10 +462,14 @@ func (p *Pool) chunkElsewhere(ctx context.Context, c ChunkRef, path string) ([]b
 
 // List returns the pool's file names under prefix, sorted.
 func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
+	if p.etcdDown() {
+		return nil, p.downErr("list", prefix)
+	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
 	names, _, err := p.coord.names(octx, prefix, 0)
 	if err != nil {
+		p.readFailed(ctx, err)
 		return nil, err
 	}
 	out := make([]string, 0, len(names))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -368,4 +369,59 @@ func TestPoolMountReadsAcrossRepack(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of %d opens failed or read wrong bytes; first: %v", bad, opens, firstErr)
 	}
+}
+
+// TestPoolMountEtcdOutage: with etcd stopped, files a host has read stay
+// readable through its mount by name (open, stat, ls: the last listing
+// and versions it saw), whole and at unaligned offsets, without one
+// timeout per lookup; a write fails in bounded time with an error; when
+// etcd is back the mount serves changes again without a restart.
+func TestPoolMountEtcdOutage(t *testing.T) {
+	env, svc := poolServices(t)
+	services := func(args ...string) {
+		t.Helper()
+		script, _ := filepath.Abs("../scripts/services")
+		cmd := exec.Command(script, args...)
+		cmd.Env = append(os.Environ(), "KVFS_SERVICES_DIR="+svc)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scripts/services %v: %v\n%s", args, err, out)
+		}
+	}
+	a := poolMount(t, env, "a", "--pool-timeout", "3s")
+	b := poolMount(t, env, "b", "--pool-timeout", "3s")
+	v := psVersion(5, 5<<20+77)
+	engineWrite(t, filepath.Join(a, "f"), v, 1)
+	waitFor(t, "f through B", func() error { return sameBytes(filepath.Join(b, "f"), v, 2) })
+
+	services("stop", "etcd")
+	time.Sleep(1200 * time.Millisecond) // past the mount's entry timeout and listing
+	start := time.Now()
+	reads := 0
+	for time.Since(start) < 8*time.Second {
+		if err := sameBytes(filepath.Join(b, "f"), v, uint64(reads)); err != nil {
+			t.Fatalf("read %d of a cached file by name, etcd down: %v", reads, err)
+		}
+		if ents, err := os.ReadDir(b); err != nil || len(ents) != 1 {
+			t.Fatalf("ls with etcd down: %v, %v", ents, err)
+		}
+		reads++
+	}
+	// One lookup may wait for the pool timeout (3 s) before the mount
+	// knows etcd is down; after that, reads go at the cache's speed.
+	if reads < 10 {
+		t.Fatalf("%d reads in 8 s with etcd down: lookups wait for etcd", reads)
+	}
+	t0 := time.Now()
+	err := os.WriteFile(filepath.Join(a, "g"), v[:1000], 0o644)
+	if err == nil {
+		t.Fatal("a write with etcd down succeeded")
+	}
+	if d := time.Since(t0); d > 40*time.Second {
+		t.Fatalf("a write with etcd down failed after %v", d)
+	}
+	services("start")
+	v2 := psVersion(6, 1<<20+3)
+	waitFor(t, "a write after etcd is back", func() error { return os.WriteFile(filepath.Join(a, "h"), v2, 0o644) })
+	waitFor(t, "the new file through B", func() error { return sameBytes(filepath.Join(b, "h"), v2, 3) })
+	t.Logf("%d reads by name during the outage", reads)
 }

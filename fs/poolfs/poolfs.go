@@ -86,6 +86,55 @@ type fsys struct {
 	listed  time.Time
 	names   []string        // sorted, as of listed
 	madeDir map[string]bool // directories made with mkdir, not yet holding a name
+	// versions are the versions names were last found at, or published,
+	// renamed or removed through this mount: what lookups serve while
+	// etcd does not answer (pool.ErrEtcdDown), so that cached files stay
+	// readable by name through an outage, as they were last seen.
+	versions map[string]version
+}
+
+// version is one version of a file: its manifest and size.
+type version struct {
+	manifest string
+	size     int64
+}
+
+// maxVersions bounds fsys.versions; past it the map starts over.
+const maxVersions = 1 << 16
+
+// saw records that path is at v now (v.manifest "": it is gone).
+func (f *fsys) saw(path string, v version) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v.manifest == "" {
+		delete(f.versions, path)
+		return
+	}
+	if len(f.versions) >= maxVersions {
+		clear(f.versions)
+	}
+	f.versions[path] = v
+}
+
+// resolve is Pool.Resolve, or, while etcd does not answer, the version
+// this mount last saw for path.
+func (f *fsys) resolve(ctx context.Context, path string) (version, error) {
+	manifest, size, err := f.opts.Pool.Resolve(uninterrupted(ctx), path)
+	if err == nil {
+		f.saw(path, version{manifest, size})
+		return version{manifest, size}, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		f.saw(path, version{})
+		return version{}, err
+	}
+	f.mu.Lock()
+	v, ok := f.versions[path]
+	f.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	return version{}, err
 }
 
 // Mount mounts the pool at mnt and serves it until unmounted.
@@ -103,7 +152,7 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 			os.Remove(p)
 		}
 	}
-	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{},
+	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}, versions: map[string]version{},
 		atomicTrunc: runtime.GOOS != "darwin" && !opts.SimulateDarwin}
 	root := &dirNode{fsys: f}
 	t := opts.Timeout
@@ -149,6 +198,9 @@ func (f *fsys) list(ctx context.Context) ([]string, syscall.Errno) {
 	}
 	names, err := f.opts.Pool.List(uninterrupted(ctx), "")
 	if err != nil {
+		if f.names != nil {
+			return f.names, 0 // an outage: the last listing, until etcd answers
+		}
 		f.opts.Logger.Warn("pool mount: list names", "err", err)
 		return nil, syscall.EIO
 	}
@@ -290,10 +342,11 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	switch {
 	case file:
-		manifest, size, err := n.fsys.opts.Pool.Resolve(uninterrupted(ctx), p)
+		v, err := n.fsys.resolve(ctx, p)
 		if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 			return nil, e
 		}
+		manifest, size := v.manifest, v.size
 		n.fsys.fileAttr(&out.Attr, size)
 		node := &fileNode{fsys: n.fsys, name: p}
 		node.setVersion(manifest, size)
@@ -409,8 +462,11 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if child != nil && errors.Is(err, fs.ErrNotExist) && child.unpublished() {
 		err = nil // a new file being written here: only this mount knew it
 	}
-	if err == nil && child != nil {
-		child.setName("")
+	if err == nil {
+		n.fsys.saw(p, version{})
+		if child != nil {
+			child.setName("")
+		}
 	}
 	return errno(n.fsys.opts.Logger, "remove "+p, err)
 }
@@ -461,6 +517,14 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 	n.fsys.forget()
 	if err == nil {
+		n.fsys.mu.Lock()
+		v, ok := n.fsys.versions[from]
+		delete(n.fsys.versions, from)
+		delete(n.fsys.versions, dst)
+		if ok {
+			n.fsys.versions[dst] = v
+		}
+		n.fsys.mu.Unlock()
 		if src != nil {
 			src.setName(dst)
 		}
@@ -691,6 +755,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 				return e
 			}
 			n.setVersion(manifest, 0)
+			n.fsys.saw(p, version{manifest, 0})
 			return n.Getattr(ctx, fh, out)
 		}
 		if !isW {
@@ -981,6 +1046,7 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
 	w.node.setVersion(manifest, fi.Size())
+	w.fsys.saw(p, version{manifest, fi.Size()})
 	w.dirty = false
 	w.fsys.forget()
 	w.fsys.mu.Lock()
