@@ -425,3 +425,46 @@ func TestPoolMountEtcdOutage(t *testing.T) {
 	waitFor(t, "the new file through B", func() error { return sameBytes(filepath.Join(b, "h"), v2, 3) })
 	t.Logf("%d reads by name during the outage", reads)
 }
+
+// TestPoolMountExclClaim: a file created with O_EXCL and not yet
+// published holds its name against exclusive creates on other hosts, and
+// gives it up when it is unlinked (or renamed, published, closed).
+func TestPoolMountExclClaim(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	b := poolMount(t, env, "b")
+	excl := func(p string) (*os.File, error) { return os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) }
+	fa, err := excl(filepath.Join(a, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	if _, err := excl(filepath.Join(b, "x")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("O_EXCL create on B of a name A is creating: %v, want EEXIST", err)
+	}
+	if err := os.Remove(filepath.Join(a, "x")); err != nil {
+		t.Fatal(err)
+	}
+	fb, err := excl(filepath.Join(b, "x"))
+	if err != nil {
+		t.Fatalf("O_EXCL create on B after A's unlink: %v", err)
+	}
+	fb.Write([]byte("b's"))
+	fa.Write([]byte("a's"))
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B's x through A", func() error {
+		got, err := os.ReadFile(filepath.Join(a, "x"))
+		if err == nil && string(got) != "b's" {
+			err = fmt.Errorf("x is %q", got)
+		}
+		return err
+	})
+	if _, err := excl(filepath.Join(a, "x")); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("O_EXCL create of a published name: %v, want EEXIST", err)
+	}
+}

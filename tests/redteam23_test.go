@@ -5,8 +5,7 @@ package tests
 // Red team 23's regressions for the pool mount. Each test asserts what a
 // local filesystem (and the single-host mount) gives, or a refusal where
 // the pool cannot; each failed on the code the red team attacked
-// (7cba1b1). O_EXCL across hosts, which it also found missing, is a
-// documented limit (README), not tested here.
+// (7cba1b1).
 
 import (
 	"bytes"
@@ -15,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,6 +81,40 @@ func TestRedteam23WrittenFileBeforePublish(t *testing.T) {
 	}
 	if err := os.Rename(p, p+".renamed"); err != nil {
 		t.Errorf("rename before publish: %v", err)
+	}
+}
+
+// O_EXCL is exclusive across the hosts of a pool: two hosts creating the
+// same name at once cannot both succeed (finding 4).
+func TestRedteam23ExclAcrossHosts(t *testing.T) {
+	env, _ := poolServices(t)
+	a := poolMount(t, env, "a")
+	b := poolMount(t, env, "b")
+	both := 0
+	for i := range 10 {
+		name := "lock" + string(rune('0'+i))
+		errs := make(chan error, 2)
+		for _, m := range []string{a, b} {
+			go func() {
+				f, err := os.OpenFile(filepath.Join(m, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+				if err == nil {
+					f.Write([]byte(m))
+					err = f.Close()
+				}
+				errs <- err
+			}()
+		}
+		e1, e2 := <-errs, <-errs
+		if e1 == nil && e2 == nil {
+			both++
+		} else if e1 != nil && e2 != nil {
+			t.Errorf("%s: both failed: %v, %v", name, e1, e2)
+		} else if err := errors.Join(e1, e2); !errors.Is(err, os.ErrExist) {
+			t.Errorf("%s: %v, want EEXIST", name, err)
+		}
+	}
+	if both > 0 {
+		t.Errorf("O_EXCL create succeeded on both hosts for %d of 10 names", both)
 	}
 }
 

@@ -466,6 +466,7 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		n.fsys.saw(p, version{})
 		if child != nil {
 			child.setName("")
+			child.unreserve(ctx)
 		}
 	}
 	return errno(n.fsys.opts.Logger, "remove "+p, err)
@@ -527,6 +528,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		n.fsys.mu.Unlock()
 		if src != nil {
 			src.setName(dst)
+			src.unreserve(ctx)
 		}
 		if over != nil {
 			over.setName("") // replaced: its writers write an orphan now
@@ -567,8 +569,20 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		return nil, nil, 0, syscall.EEXIST
 	}
 	node := &fileNode{fsys: n.fsys, name: p}
+	if flags&syscall.O_EXCL != 0 {
+		// Exclusive across hosts: the listing above may be a second
+		// old, and another host may be creating the name now.
+		if err := n.fsys.opts.Pool.Reserve(uninterrupted(ctx), p); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return nil, nil, 0, syscall.EEXIST
+			}
+			return nil, nil, 0, errno(n.fsys.opts.Logger, "create "+p, err)
+		}
+		node.reserved = p
+	}
 	w, e := n.fsys.newWriter(ctx, node)
 	if e != 0 {
+		node.unreserve(ctx)
 		return nil, nil, 0, e
 	}
 	w.dirty = true // a new file is published at its close even if empty
@@ -607,6 +621,7 @@ type fileNode struct {
 	// from the kernel's tree (Inode.Path), which go-fuse updates only
 	// after a rename returns: a publish in between would use the old one.
 	name     string
+	reserved string // the name claimed by an exclusive create, until published (pool.Reserve)
 	manifest string // "" for a new file not yet published
 	size     int64
 	writers  []*writer // open write handles
@@ -636,6 +651,17 @@ func (n *fileNode) unpublished() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.manifest == "" && len(n.writers) > 0
+}
+
+// unreserve gives up the node's claim of an exclusive create, if any.
+func (n *fileNode) unreserve(ctx context.Context) {
+	n.mu.Lock()
+	r := n.reserved
+	n.reserved = ""
+	n.mu.Unlock()
+	if r != "" {
+		n.fsys.opts.Pool.Unreserve(uninterrupted(ctx), r)
+	}
 }
 
 func (n *fileNode) setName(name string) {
@@ -1046,6 +1072,7 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
 	w.node.setVersion(manifest, fi.Size())
+	w.node.unreserve(ctx) // the name itself excludes other creates now
 	w.fsys.saw(p, version{manifest, fi.Size()})
 	w.dirty = false
 	w.fsys.forget()
@@ -1083,7 +1110,11 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	n := w.node
 	n.mu.Lock()
 	n.writers = slices.DeleteFunc(n.writers, func(x *writer) bool { return x == w })
+	last := len(n.writers) == 0
 	n.mu.Unlock()
+	if last {
+		n.unreserve(ctx) // not published: the name is free again
+	}
 	w.mu.Lock()
 	w.closed = true
 	if e == 0 {
