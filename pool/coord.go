@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,16 +147,50 @@ func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session, opTime
 // exists; ErrLeaseLost if not.
 func (c *coord) commitName(ctx context.Context, pubKey, path, manifest string) error {
 	resp, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(pubKey), ">", 0)).
+		If(append(c.noConflict(path), clientv3.Compare(clientv3.CreateRevision(pubKey), ">", 0))...).
 		Then(clientv3.OpPut(c.namesKey(path), manifest), clientv3.OpPut(c.usedKey(path), usedNow())).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: set name %s: %w", path, err)
 	}
 	if !resp.Succeeded {
-		return ErrLeaseLost
+		return c.whyNot(ctx, pubKey, path)
 	}
 	return nil
+}
+
+// ErrNameConflict is a name that would be a file and a directory at once:
+// a file's path is another file's directory, or the other way round.
+var ErrNameConflict = errors.New("a file and a directory of one name")
+
+// noConflict are the comparisons that keep path from being a file and a
+// directory at once: no name under path/, and none at any of path's
+// parents. Two mounts (or kvfs pool put) could otherwise make "d" and
+// "d/f" in the same second, and "d/f" could no longer be reached.
+func (c *coord) noConflict(path string) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.namesKey(path+"/")), "=", 0).WithPrefix()}
+	for d := path; ; {
+		i := strings.LastIndexByte(d, '/')
+		if i < 0 {
+			break
+		}
+		d = d[:i]
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(c.namesKey(d)), "=", 0))
+	}
+	return cmps
+}
+
+// whyNot tells why a transaction that required pubKey and noConflict(path)
+// failed.
+func (c *coord) whyNot(ctx context.Context, pubKey, path string) error {
+	resp, err := c.cli.Get(ctx, pubKey, clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("etcd: set name %s: %w", path, err)
+	}
+	if resp.Count == 0 {
+		return ErrLeaseLost
+	}
+	return fmt.Errorf("set name %s: %w", path, ErrNameConflict)
 }
 
 // waitGone waits until no key exists at key (with prefix: under it).

@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +173,44 @@ func packOf(t *testing.T, root string, chunk []byte) string {
 	}
 	t.Fatal("no pack holds the chunk")
 	return ""
+}
+
+// TestNameConflicts (red team 23): a name cannot be a file and a
+// directory at once, whoever publishes or renames: "d" is refused while
+// "d/f" exists, "e/f" while "e" does, and a rename onto either; the names
+// that exist stay readable.
+func TestNameConflicts(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, ""))
+	b := randBytes(1000, 61)
+	pub := func(path string) error { return a.Publish(ctx, path, bytes.NewReader(b), int64(len(b))) }
+	for _, p := range []string{"d/f", "e", "x"} {
+		if err := pub(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"d", "e/f", "e/g/h"} {
+		if err := pub(p); !errors.Is(err, pool.ErrNameConflict) {
+			t.Errorf("publish %s: %v, want ErrNameConflict", p, err)
+		}
+	}
+	for _, to := range []string{"d", "e/f"} {
+		if err := a.Rename(ctx, "x", to); !errors.Is(err, pool.ErrNameConflict) {
+			t.Errorf("rename x to %s: %v, want ErrNameConflict", to, err)
+		}
+	}
+	if err := a.Reserve(ctx, "d"); !errors.Is(err, pool.ErrNameConflict) && !errors.Is(err, fs.ErrExist) {
+		t.Errorf("reserve d: %v, want a refusal", err)
+	}
+	names, err := a.List(ctx, "")
+	if err != nil || strings.Join(names, " ") != "d/f e x" {
+		t.Fatalf("names: %v, %v; want d/f e x", names, err)
+	}
+	for _, p := range names {
+		checkFile(t, a, p, b, 62)
+	}
+	// A name's own replacement is no conflict.
+	if err := pub("d/f"); err != nil {
+		t.Fatal(err)
+	}
 }

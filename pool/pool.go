@@ -60,6 +60,7 @@ type Pool struct {
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
 	reach       reach // whether etcd answers (reach.go)
+	badNames    int   // names left out of the last listing (List), logged when it changes
 }
 
 // loc is where a chunk lies.

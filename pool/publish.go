@@ -69,9 +69,17 @@ func checkPath(path string) error {
 		if part == "." || part == ".." {
 			return fmt.Errorf("pool path %q: no . or .. parts", path)
 		}
+		if len(part) > maxNameLen {
+			return fmt.Errorf("pool path %q: a part of %d bytes, over the %d a file name may have", path, len(part), maxNameLen)
+		}
 	}
 	return nil
 }
+
+// maxNameLen is the longest part of a pool path: NAME_MAX, what a
+// directory entry may hold on Linux and macOS, so that every name can be
+// listed and opened through a mount.
+const maxNameLen = 255
 
 // publishing is one attempt's state: the pack being filled and what this
 // attempt uploaded or verified (only that counts: see doc.go).
@@ -473,7 +481,7 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 		used = string(u[0].Value)
 	}
 	tx, err := p.coord.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision)).
+		If(append(p.coord.noConflict(to), clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision))...).
 		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from)),
 			clientv3.OpPut(p.coord.usedKey(to), used), clientv3.OpDelete(p.coord.usedKey(from))).
 		Commit()
@@ -481,6 +489,9 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))
 	}
 	if !tx.Succeeded {
+		if now, err := p.coord.cli.Get(octx, p.coord.namesKey(from)); err == nil && len(now.Kvs) > 0 && now.Kvs[0].ModRevision == kv.ModRevision {
+			return fmt.Errorf("rename %s to %s: %w", from, to, ErrNameConflict)
+		}
 		return fmt.Errorf("rename %s to %s: it changed meanwhile: %w", from, to, fs.ErrExist)
 	}
 	return nil

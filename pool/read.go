@@ -485,7 +485,13 @@ func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
 		out = append(out, n)
 	}
 	if bad > 0 {
-		p.log.Warn("pool: names that are not pool paths left out of a listing", "count", bad)
+		p.mu.Lock()
+		say := bad != p.badNames
+		p.badNames = bad
+		p.mu.Unlock()
+		if say { // once per change, not at every listing (a mount lists every second)
+			p.log.Warn("pool: names that are not pool paths left out of listings", "count", bad)
+		}
 	}
 	sort.Strings(out)
 	return out, nil

@@ -33,8 +33,8 @@ func (p *Pool) Reserve(ctx context.Context, path string) error {
 	}
 	key := p.coord.creatingKey(path)
 	resp, err := p.coord.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(p.coord.namesKey(path)), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		If(append(p.coord.noConflict(path), clientv3.Compare(clientv3.CreateRevision(p.coord.namesKey(path)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0))...).
 		Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease()))).
 		Commit()
 	if err != nil {

@@ -258,6 +258,9 @@ func errno(log *slog.Logger, op string, err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, fs.ErrExist):
 		return syscall.EEXIST
+	case errors.Is(err, pool.ErrNameConflict):
+		log.Warn("pool mount: "+op, "err", err)
+		return syscall.EEXIST
 	case errors.Is(err, syscall.EIO):
 		log.Error("pool mount: "+op, "err", err)
 		return syscall.EIO
