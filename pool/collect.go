@@ -251,7 +251,7 @@ func (p *Pool) mark(ctx context.Context, live map[string]bool, st *CollectStats)
 		if live[manifestDir+name] {
 			continue
 		}
-		m, err := p.manifest(ctx, name)
+		m, err := p.settledManifest(ctx, name)
 		if errors.Is(err, fs.ErrNotExist) || unreadable(err) {
 			st.DanglingNames++
 			p.log.Warn("pool: a name points to a missing or damaged manifest", "path", path, "manifest", name, "err", err)

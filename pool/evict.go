@@ -115,7 +115,7 @@ func (p *Pool) evict(ctx context.Context, capacity int64, minIdle time.Duration,
 			}
 			continue
 		}
-		m, err := p.manifest(ctx, e.manifest)
+		m, err := p.settledManifest(ctx, e.manifest)
 		if errors.Is(err, fs.ErrNotExist) || unreadable(err) {
 			// Dangling: it reaches nothing, so removing it frees
 			// nothing; the sweep's marking reports it.

@@ -47,18 +47,22 @@ func (p *Pool) readFailed(ctx context.Context, err error) {
 
 // probe asks etcd every second until it answers, then marks it up.
 func (p *Pool) probe() {
-	defer p.reach.probing.Store(false)
 	for !p.reach.closed.Load() {
 		time.Sleep(time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), min(p.opTimeout, 2*time.Second))
 		_, err := p.coord.cli.Get(ctx, p.coord.fenceKey())
 		cancel()
 		if err == nil {
+			// Not probing before up: a failure in between starts a
+			// prober of its own, rather than marking etcd down with
+			// none left to find it back.
+			p.reach.probing.Store(false)
 			p.reach.down.Store(false)
 			p.log.Warn("pool: etcd answers again", "after", time.Since(time.Unix(0, p.reach.since.Load())).Round(time.Second))
 			return
 		}
 	}
+	p.reach.probing.Store(false)
 }
 
 // downErr is the error of a read not made because etcd is down.

@@ -229,6 +229,19 @@ func (p *Pool) manifest(ctx context.Context, name string) (*Manifest, error) {
 	return m, nil
 }
 
+// settledManifest is manifest for the collector, the evictor and the
+// repacker, which pass over a name whose manifest is damaged (unreadable):
+// a manifest whose bytes do not match its hash is read twice more before
+// it counts as damaged, so that one bad read (a bit flipped on the way,
+// or in this host's memory) never costs a name its objects.
+func (p *Pool) settledManifest(ctx context.Context, name string) (*Manifest, error) {
+	m, err := p.manifest(ctx, name)
+	for i := 0; i < 2 && errors.Is(err, errCorrupt); i++ {
+		m, err = p.manifest(ctx, name)
+	}
+	return m, err
+}
+
 // ReadAt reads len(b) bytes at off; at the end of the file it returns
 // what there is and io.EOF.
 func (f *File) ReadAt(b []byte, off int64) (int, error) {

@@ -24,7 +24,7 @@ type RepackStats struct {
 	NewPacks    int   // packs uploaded to hold them
 	Names       int   // names moved to manifests that use the new packs
 	Skipped     int   // names that changed meanwhile (their packs stay live)
-	Damaged     int   // sparse packs left as they are: a chunk of theirs is damaged or gone
+	Damaged     int   // sparse packs left as they are (a chunk of theirs is damaged or gone), and names not moved (another of their packs is gone)
 }
 
 // packUse is what the names reach of one pack object.
@@ -62,7 +62,7 @@ func (p *Pool) repack(ctx context.Context, threshold float64, grace time.Duratio
 		if manifests[name] != nil {
 			continue
 		}
-		m, err := p.manifest(ctx, name)
+		m, err := p.settledManifest(ctx, name)
 		if errors.Is(err, fs.ErrNotExist) || unreadable(err) {
 			continue // a dangling name (the sweep's marking reports it) reaches nothing
 		}
@@ -218,10 +218,14 @@ packs:
 	// this attempt (doc.go: what a host knew before its key proves
 	// nothing).
 	verified := map[string]bool{}
-	newName := map[string]string{} // old manifest → new
+	newName := map[string]string{} // old manifest → new; "": left as it is
+names:
 	for _, path := range slices.Sorted(maps.Keys(names)) {
 		old := names[path]
 		nm, done := newName[old]
+		if done && nm == "" {
+			continue
+		}
 		if !done {
 			m := manifests[old]
 			if m == nil || !usesAny(m, sparse) {
@@ -238,6 +242,15 @@ packs:
 					octx, cancel := p.op(ctx)
 					_, err := p.objs.Stat(octx, packDir+r.Pack)
 					cancel()
+					if errors.Is(err, ErrNoObject) {
+						// The name already misses a pack: it stays as
+						// it is (its packs stay live), rather than
+						// failing every collection.
+						p.log.Warn("pool: a name is not moved off a sparse pack: another of its packs is missing", "path", path, "pack", r.Pack)
+						newName[old] = ""
+						st.Damaged++
+						continue names
+					}
 					if err != nil {
 						return fmt.Errorf("verify pack %s: %w", r.Pack, err)
 					}

@@ -97,6 +97,26 @@ func TestPoolMountNewFileHere(t *testing.T) {
 	if names := poolNames(t, env); names["gone"] {
 		t.Fatal("an unlinked file was published at its close")
 	}
+
+	// A shell's redirection opens the file, moves the descriptor and
+	// closes the first one (a flush) before a byte is written: other
+	// hosts must not see the file empty meanwhile.
+	done := make(chan error, 1)
+	go func() {
+		done <- exec.Command("sh", "-c", "{ sleep 1.5; printf content; } > "+filepath.Join(a, "redirected")).Run()
+	}()
+	seen := ""
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline) && seen != "content"; time.Sleep(50 * time.Millisecond) {
+		got, err := os.ReadFile(filepath.Join(b, "redirected"))
+		if err == nil {
+			if seen = string(got); seen != "content" {
+				t.Fatalf("B read %q of a file being written by a redirection", seen)
+			}
+		}
+	}
+	if err := <-done; err != nil || seen != "content" {
+		t.Fatalf("redirection: %v; B saw %q", err, seen)
+	}
 }
 
 // TestPoolMountPublishRacesRename: a file's publish (at its close) racing a

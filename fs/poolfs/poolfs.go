@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -71,6 +72,7 @@ type Options struct {
 // fsys is one mount's state.
 type fsys struct {
 	opts Options
+	lock *os.File // held for the mount's life: the spool directory is this daemon's
 	uid  uint32
 	gid  uint32
 	// atomicTrunc: the kernel sends O_TRUNC with the open (Linux). Without
@@ -145,6 +147,16 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	if err := os.MkdirAll(opts.SpoolDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pool mount: spool %s: %w", opts.SpoolDir, err)
 	}
+	// One daemon per spool directory, for its lifetime (the lock goes
+	// with the process): a second would take the first's spools below.
+	lock, err := os.OpenFile(filepath.Join(opts.SpoolDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pool mount: spool %s: %w", opts.SpoolDir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("pool mount: spool %s is another kvfs daemon's (its STORE is mounted elsewhere): %w", opts.SpoolDir, err)
+	}
 	// Spools of files being written when a daemon died: their writers
 	// got an error, and nothing was published from them.
 	if old, err := filepath.Glob(filepath.Join(opts.SpoolDir, "spool-*")); err == nil {
@@ -152,7 +164,7 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 			os.Remove(p)
 		}
 	}
-	f := &fsys{opts: opts, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}, versions: map[string]version{},
+	f := &fsys{opts: opts, lock: lock, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}, versions: map[string]version{},
 		atomicTrunc: runtime.GOOS != "darwin" && !opts.SimulateDarwin}
 	root := &dirNode{fsys: f}
 	t := opts.Timeout
@@ -198,10 +210,12 @@ func (f *fsys) list(ctx context.Context) ([]string, syscall.Errno) {
 	}
 	names, err := f.opts.Pool.List(uninterrupted(ctx), "")
 	if err != nil {
+		if !errors.Is(err, pool.ErrEtcdDown) {
+			f.opts.Logger.Warn("pool mount: list names", "err", err)
+		}
 		if f.names != nil {
 			return f.names, 0 // an outage: the last listing, until etcd answers
 		}
-		f.opts.Logger.Warn("pool mount: list names", "err", err)
 		return nil, syscall.EIO
 	}
 	f.names, f.listed = names, time.Now()
@@ -583,12 +597,12 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		}
 		node.reserved = p
 	}
-	w, e := n.fsys.newWriter(ctx, node)
+	w, e := n.fsys.newWriter(ctx, node, 0)
 	if e != 0 {
 		node.unreserve(ctx)
 		return nil, nil, 0, e
 	}
-	w.dirty = true // a new file is published at its close even if empty
+	w.publishEmpty = true // a new file is published at its release even if empty
 	n.fsys.fileAttr(&out.Attr, 0)
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), w, fuse.FOPEN_DIRECT_IO, 0
 }
@@ -630,18 +644,15 @@ type fileNode struct {
 	writers  []*writer // open write handles
 }
 
-// pendingWriter is the newest writer of the node still waiting for the
-// truncation of an open(O_TRUNC) split in two (see writer.pending).
-func (n *fileNode) pendingWriter() (*writer, bool) {
+// pendingWriter is the newest writer of the node that the caller's
+// process opened and that still waits for the truncation of an
+// open(O_TRUNC) split in two (see writer.pending).
+func (n *fileNode) pendingWriter(ctx context.Context) (*writer, bool) {
+	caller := callerProcess(ctx)
 	n.mu.Lock()
-	ws := slices.Clone(n.writers)
-	n.mu.Unlock()
-	for i := len(ws) - 1; i >= 0; i-- {
-		w := ws[i]
-		w.mu.Lock()
-		p := w.pending
-		w.mu.Unlock()
-		if p {
+	defer n.mu.Unlock()
+	for i := len(n.writers) - 1; i >= 0; i-- {
+		if w := n.writers[i]; w.pending.Load() && w.opener == caller {
 			return w, true
 		}
 	}
@@ -691,7 +702,7 @@ func (n *fileNode) writerSize() (int64, bool) {
 	if w == nil {
 		return 0, false
 	}
-	return w.size(), true
+	return w.size()
 }
 
 func (n *fileNode) setVersion(manifest string, size int64) {
@@ -722,8 +733,10 @@ var (
 func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	switch h := fh.(type) {
 	case *writer:
-		n.fsys.fileAttr(&out.Attr, h.size())
-		return 0
+		if size, ok := h.size(); ok {
+			n.fsys.fileAttr(&out.Attr, size)
+			return 0
+		} // released: as the node is
 	case *reader:
 		// The size of the version this handle reads, not of what the name
 		// points to now (another host may have replaced it).
@@ -768,7 +781,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			// writing and then this truncation without a handle: it
 			// belongs to the writer that open made, and must not publish
 			// an empty file for other hosts to see meanwhile.
-			w, isW = n.pendingWriter()
+			w, isW = n.pendingWriter(ctx)
 		}
 		if !isW && sz == 0 {
 			// truncate(path, 0): the file becomes empty, published as such.
@@ -791,15 +804,18 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			return syscall.EOPNOTSUPP
 		}
 		w.mu.Lock()
-		if w.pending && sz != 0 {
+		if w.pending.Load() && sz != 0 {
 			w.mu.Unlock()
 			return syscall.EOPNOTSUPP // a change in place
 		}
 		var err error = os.ErrClosed // a pending writer released meanwhile
 		if !w.closed {
-			w.pending = false
 			err = w.spool.Truncate(int64(sz))
-			w.dirty = true
+			if w.pending.Swap(false) {
+				w.publishEmpty = true // the open(O_TRUNC)'s truncation
+			} else {
+				w.dirty = true
+			}
 		}
 		w.mu.Unlock()
 		if err != nil {
@@ -825,18 +841,15 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 				return nil, 0, syscall.EOPNOTSUPP
 			}
 		}
-		w, e := n.fsys.newWriter(ctx, n)
+		// size != 0: without atomic O_TRUNC (macOS), the truncation that
+		// makes this a replacement comes next. Until it does, the writer
+		// holds the file as it is: it writes nothing, publishes nothing.
+		w, e := n.fsys.newWriter(ctx, n, size)
 		if e != 0 {
 			return nil, 0, e
 		}
-		if size != 0 {
-			// Without atomic O_TRUNC (macOS): the truncation that makes
-			// this a replacement comes next, through this handle. Until
-			// it does, the writer holds the file as it is: it writes
-			// nothing and publishes nothing.
-			w.pending, w.base = true, size
-		} else {
-			w.dirty = true // truncated: the file becomes empty at close
+		if size == 0 {
+			w.publishEmpty = true // truncated: the file becomes empty at its release
 		}
 		return w, fuse.FOPEN_DIRECT_IO, 0
 	}
@@ -947,13 +960,21 @@ type writer struct {
 	spool  *os.File
 	opener uint32 // the process that opened it (callerProcess)
 
-	mu     sync.Mutex
-	dirty  bool
-	closed bool // released: the spool is closed
 	// pending: opened for writing without O_TRUNC on a mount without
 	// atomic O_TRUNC, and not truncated yet; the file's size is base.
-	pending bool
+	// Read without mu: a stat must not wait for a publish.
+	pending atomic.Bool
 	base    int64
+
+	mu     sync.Mutex
+	dirty  bool // written since its last publish
+	closed bool // released: the spool is closed
+	// publishEmpty: published at its fsync or release even if never
+	// written (a file created, or truncated by open(O_TRUNC)), but not
+	// at a flush, which may be a shell's redirection closing its first
+	// descriptor before a single byte (cmd > file): other hosts would
+	// see the file empty first.
+	publishEmpty bool
 	// failed is the error of a write that failed: the file is not
 	// published.
 	failed error
@@ -967,7 +988,9 @@ var (
 	_ gofs.FileReleaser = (*writer)(nil)
 )
 
-func (f *fsys) newWriter(ctx context.Context, node *fileNode) (*writer, syscall.Errno) {
+// newWriter opens a writer of node; base > 0 makes it pending (see
+// writer.pending) on a file of base bytes.
+func (f *fsys) newWriter(ctx context.Context, node *fileNode, base int64) (*writer, syscall.Errno) {
 	spool, err := os.CreateTemp(f.opts.SpoolDir, "spool-*")
 	if err != nil {
 		return nil, errno(f.opts.Logger, "spool", err)
@@ -976,7 +999,8 @@ func (f *fsys) newWriter(ctx context.Context, node *fileNode) (*writer, syscall.
 	// be published is kept by a rename, which needs no descriptor (the
 	// daemon may be out of them: that may be why the publish failed).
 	// Mount removes those a crash left.
-	w := &writer{fsys: f, node: node, spool: spool, opener: callerProcess(ctx)}
+	w := &writer{fsys: f, node: node, spool: spool, opener: callerProcess(ctx), base: base}
+	w.pending.Store(base > 0)
 	node.mu.Lock()
 	node.writers = append(node.writers, w)
 	node.mu.Unlock()
@@ -1005,24 +1029,23 @@ func callerProcess(ctx context.Context) uint32 {
 	return c.Pid
 }
 
-func (w *writer) size() int64 {
-	w.mu.Lock()
-	pending, base := w.pending, w.base
-	w.mu.Unlock()
-	if pending {
-		return base
+// size is the size of the writer's file; false once the writer is
+// released (the caller then takes the node's version).
+func (w *writer) size() (int64, bool) {
+	if w.pending.Load() {
+		return w.base, true
 	}
 	fi, err := w.spool.Stat()
 	if err != nil {
-		return 0
+		return 0, false
 	}
-	return fi.Size()
+	return fi.Size(), true
 }
 
 func (w *writer) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.pending {
+	if w.pending.Load() {
 		return 0, syscall.EOPNOTSUPP // no change in place
 	}
 	n, err := w.spool.WriteAt(data, off)
@@ -1046,15 +1069,13 @@ func (w *writer) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
-// publish publishes the spool if it changed since it was last published.
-func (w *writer) publish(ctx context.Context) syscall.Errno {
+// publish publishes the spool if it changed since it was last published
+// (or, with final, if it must be published unwritten: publishEmpty).
+func (w *writer) publish(ctx context.Context, final bool) syscall.Errno {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.dirty {
+	if !w.dirty && !(final && w.publishEmpty) {
 		return 0
-	}
-	if w.failed != nil {
-		return errno(w.fsys.opts.Logger, "publish "+w.node.path(), fmt.Errorf("an earlier write failed: %w", w.failed))
 	}
 	w.node.pub.Lock()
 	defer w.node.pub.Unlock()
@@ -1063,8 +1084,11 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 	// bytes go with it, as on a disk).
 	p := w.node.path()
 	if p == "" {
-		w.dirty = false
+		w.dirty, w.publishEmpty = false, false
 		return 0
+	}
+	if w.failed != nil {
+		return errno(w.fsys.opts.Logger, "publish "+p, fmt.Errorf("an earlier write failed: %w", w.failed))
 	}
 	fi, err := w.spool.Stat()
 	if err != nil {
@@ -1077,7 +1101,7 @@ func (w *writer) publish(ctx context.Context) syscall.Errno {
 	w.node.setVersion(manifest, fi.Size())
 	w.node.unreserve(ctx) // the name itself excludes other creates now
 	w.fsys.saw(p, version{manifest, fi.Size()})
-	w.dirty = false
+	w.dirty, w.publishEmpty = false, false
 	w.fsys.forget()
 	w.fsys.mu.Lock()
 	for d := path.Dir(p); d != "." && d != ""; d = path.Dir(d) {
@@ -1096,15 +1120,15 @@ func (w *writer) Flush(ctx context.Context) syscall.Errno {
 	if p := callerProcess(ctx); p != 0 && w.opener != 0 && p != w.opener {
 		return 0
 	}
-	return w.publish(uninterrupted(ctx))
+	return w.publish(uninterrupted(ctx), false)
 }
 
 func (w *writer) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return w.publish(context.WithoutCancel(ctx))
+	return w.publish(context.WithoutCancel(ctx), true)
 }
 
 func (w *writer) Release(ctx context.Context) syscall.Errno {
-	e := w.publish(context.WithoutCancel(ctx))
+	e := w.publish(context.WithoutCancel(ctx), true)
 	if e != 0 {
 		w.keep()
 	}
@@ -1126,6 +1150,26 @@ func (w *writer) Release(ctx context.Context) syscall.Errno {
 	w.spool.Close()
 	w.mu.Unlock()
 	return e
+}
+
+// copySpool copies an open spool's bytes into a new file at dst.
+func copySpool(spool *os.File, dst string) error {
+	fi, err := spool.Stat()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, io.NewSectionReader(spool, 0, fi.Size()))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+	}
+	return err
 }
 
 // keep saves the bytes of a file whose last publish failed (S3 or etcd
@@ -1153,9 +1197,12 @@ func (w *writer) keep() {
 	id := strings.TrimPrefix(filepath.Base(w.spool.Name()), "spool-")
 	kept := filepath.Join(w.fsys.opts.SpoolDir, "unpublished-"+time.Now().UTC().Format("20060102T150405")+"-"+id+"-"+base)
 	if err := os.Rename(w.spool.Name(), kept); err != nil {
-		os.Remove(w.spool.Name())
-		log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
-		return
+		// The spool's name is gone (removed by hand?): copy its bytes
+		// through the open descriptor, which needs one more.
+		if err = copySpool(w.spool, kept); err != nil {
+			log.Error("pool mount: the bytes of a file not published are lost", "path", name, "err", err)
+			return
+		}
 	}
 	log.Error("pool mount: a file could not be published at its close; its bytes are kept",
 		"path", name, "kept", kept, "publish them with", "kvfs pool put "+kept+" "+name)
