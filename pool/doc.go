@@ -36,8 +36,12 @@
 // missing object is fs.ErrNotExist at open. A read fetches each chunk from
 // the local cache or with one ranged GET, and checks its sha256: a chunk
 // gone or damaged after the open is an EIO for that read, never wrong
-// bytes. Chunks read are kept in the host's cache (cache.go), so reads of
-// them go on while S3 is unreachable. A chunk whose pack is gone is looked
+// bytes; so is a chunk whose length the manifest contradicts. Chunks read
+// are kept in the host's cache (cache.go), hashed at their first read by
+// the process (at every read with Config.VerifyCache, kvfs mount
+// --verify), so reads of them go on while S3 is unreachable. While etcd
+// is unreachable, reads of names fail at once (ErrEtcdDown, reach.go) and
+// a pool mount serves the names and versions it last saw. A chunk whose pack is gone is looked
 // for where the names now place it (a rewrite moved it, below) and read
 // from there if its sha256 matches: a file opened before a rewrite reads
 // on.
@@ -50,7 +54,11 @@
 // learned in a local bbolt index (knowledge.go), so that it still knows
 // them after a restart; memory and the index are bounded, and start over
 // past their bounds. That knowledge is only a hint: the publish
-// verifies every pack it reuses (below). A prefix-growth series published
+// verifies every pack it reuses (below), and reads and hashes, once per
+// process, every chunk's place that it knows only from a manifest: a
+// manifest that lies about a chunk's place (a faulty host, or anyone who
+// can write to the bucket) must not make every later publish of that
+// chunk by honest hosts unreadable. A prefix-growth series published
 // alternately through two hosts stores each chunk once (TestTwoHostsShare).
 //
 // # Publishing
@@ -65,7 +73,9 @@
 //     key existed: knowledge from before the key proves nothing (the
 //     object may have been swept since);
 //  3. sets names/<path> in a transaction that requires its publish key to
-//     still exist (a daemon whose lease expired publishes nothing);
+//     still exist (a daemon whose lease expired publishes nothing), and no
+//     name under path/ or at its parents (a name is never a file and a
+//     directory at once: ErrNameConflict);
 //  4. deletes its publish key.
 //
 // A publish whose key vanished (its lease expired) starts again from 1 with
