@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/kvfs/kvfs/mlx"
@@ -225,12 +226,16 @@ func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
 		if !raced || walk == matchWalks {
 			return r, nil
 		}
+		// Let the change that raced this walk finish: on one CPU, a
+		// renamer in a loop raced 8 walks in a row (TestRT12RenameRace
+		// with GOMAXPROCS=1, 1 lookup in 26).
+		time.Sleep(time.Duration(walk) * 100 * time.Microsecond)
 	}
 }
 
 // matchWalks bounds the walks of one lookup through a mount whose
-// snapshots change under it.
-const matchWalks = 8
+// snapshots change under it (their waits add up to 50 ms at most).
+const matchWalks = 32
 
 // matchWalk is one walk of the candidates of keys[K] … keys[1] for prompt,
 // and whether it met a snapshot changing under it.
