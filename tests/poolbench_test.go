@@ -43,10 +43,8 @@ func BenchmarkPoolMount(b *testing.B) {
 	}
 	env, _ := poolServices(b)
 	get := func(k string) string {
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, k+"="); ok {
-				return v
-			}
+		if v := envValue(env, k); v != "" {
+			return v
 		}
 		b.Fatalf("no %s", k)
 		return ""

@@ -23,6 +23,17 @@ func poolEnv(t testing.TB) []string {
 	return env
 }
 
+// envValue is the value of key in env (KEY=VALUE lines, as poolEnv
+// returns them), unquoted; "" if absent.
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return strings.Trim(v, "'\"")
+		}
+	}
+	return ""
+}
+
 // poolServices is poolEnv, and the services' directory.
 func poolServices(t testing.TB) ([]string, string) {
 	t.Helper()
@@ -195,12 +206,7 @@ func TestPoolCommands(t *testing.T) {
 	// deletes the file's two objects (its manifest, and one pack: the
 	// file is smaller than a pack).
 	ok("pool", "rm", "models/llama/a b.mlxkv")
-	pool := ""
-	for _, kv := range env {
-		if v, found := strings.CutPrefix(kv, "KVFS_POOL="); found {
-			pool = v
-		}
-	}
+	pool := envValue(env, "KVFS_POOL")
 	if out := ok("gc", "--pool", pool, "--grace", "1ns", "--dry-run"); !strings.Contains(out, "would delete 2 objects") {
 		t.Fatalf("gc --pool --dry-run: %q", out)
 	}

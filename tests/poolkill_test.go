@@ -69,12 +69,7 @@ func TestPoolMountKilledMidPublish(t *testing.T) {
 	}
 	// A's leases (10 s) expire; then a collection reclaims what A left.
 	time.Sleep(12 * time.Second)
-	pool := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "KVFS_POOL="); ok {
-			pool = v
-		}
-	}
+	pool := envValue(env, "KVFS_POOL")
 	code, out, errOut := poolKvfs(t, env, "gc", "--pool", pool, "--grace", "1ns")
 	if code != 0 {
 		t.Fatalf("gc: exit %d\n%s%s", code, out, errOut)

@@ -333,7 +333,7 @@ func TestPoolMountReadsAcrossRepack(t *testing.T) {
 			}
 			return nil
 		})
-		code, out, errOut := poolKvfs(t, env, "gc", "--pool", rt23Env(env, "KVFS_POOL"), "--grace", "1ms", "--threshold", "0.3")
+		code, out, errOut := poolKvfs(t, env, "gc", "--pool", envValue(env, "KVFS_POOL"), "--grace", "1ms", "--threshold", "0.3")
 		time.Sleep(1500 * time.Millisecond) // past B's entry timeout
 		n, err := stop()
 		opens += n

@@ -17,23 +17,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// rt23Env is the value of KEY in env.
-func rt23Env(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return strings.Trim(v, "'\"")
-		}
-	}
-	return ""
-}
 
 // An empty file created and closed (touch, O_EXCL lock files, markers)
 // must exist afterwards, here and on the other host (finding 1).
@@ -206,7 +195,7 @@ func TestRedteam23DedupPoisoning(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(svc, "s3", "kvfs", "pool", "manifests", mname), m, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{rt23Env(env, "KVFS_ETCD")}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{envValue(env, "KVFS_ETCD")}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

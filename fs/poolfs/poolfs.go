@@ -118,6 +118,18 @@ func (f *fsys) saw(path string, v version) {
 	f.versions[path] = v
 }
 
+// moved records a rename from → to: to is at from's version, if known.
+func (f *fsys) moved(from, to string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.versions[from]
+	delete(f.versions, from)
+	delete(f.versions, to)
+	if ok {
+		f.versions[to] = v
+	}
+}
+
 // resolve is Pool.Resolve, or, while etcd does not answer, the version
 // this mount last saw for path.
 func (f *fsys) resolve(ctx context.Context, path string) (version, error) {
@@ -535,14 +547,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	}
 	n.fsys.forget()
 	if err == nil {
-		n.fsys.mu.Lock()
-		v, ok := n.fsys.versions[from]
-		delete(n.fsys.versions, from)
-		delete(n.fsys.versions, dst)
-		if ok {
-			n.fsys.versions[dst] = v
-		}
-		n.fsys.mu.Unlock()
+		n.fsys.moved(from, dst)
 		if src != nil {
 			src.setName(dst)
 			src.unreserve(ctx)
