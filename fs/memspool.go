@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+
+	"github.com/kvfs/kvfs/internal/bufpool"
 )
 
 // A small file's spool is held in memory. A durable small file (the
@@ -32,16 +34,37 @@ const (
 	memSpoolTotal = 64 << 20
 	// memSpoolMin is the least a buffer grows by.
 	memSpoolMin = 16 << 10
+	// memSpoolKeep is how many bytes of buffers that spools are done with
+	// are kept for the next ones (bufpool: in these VMs the fresh pages of
+	// a new 1 MiB buffer cost more to fault in than the commit's sync).
+	memSpoolKeep = 16 << 20
 )
 
 // memBudget is what spools may hold in memory: each at most each bytes,
-// all together at most max. Buffers count by capacity.
+// all together at most max. Buffers count by capacity; bufs keeps those
+// that spools are done with, which count no more.
 type memBudget struct {
 	each, max int64
 	used      atomic.Int64
+	bufs      *bufpool.Pool
 }
 
-func newMemBudget(each, max int64) *memBudget { return &memBudget{each: each, max: max} }
+func newMemBudget(each, max int64) *memBudget {
+	return &memBudget{each: each, max: max, bufs: bufpool.New(memSpoolMin, memSpoolMax, memSpoolKeep)}
+}
+
+// capacity is the capacity of a buffer that holds n bytes: the pool's
+// class for n, within each.
+func (b *memBudget) capacity(n int64) int64 { return min(int64(b.bufs.Class(int(n))), b.each) }
+
+// alloc returns a buffer of capacity n (from capacity), all zeros: from
+// the pool when n is one of its classes.
+func (b *memBudget) alloc(n int64) []byte {
+	if int64(b.bufs.Class(int(n))) == n {
+		return b.bufs.Get(int(n))
+	}
+	return make([]byte, n)
+}
 
 // take reserves n bytes, if they fit.
 func (b *memBudget) take(n int64) bool {
@@ -89,12 +112,13 @@ func (sp *spool) growMem(end int64) bool {
 	sp.memMu.Lock()
 	defer sp.memMu.Unlock()
 	if c := int64(cap(sp.mem)); end > c {
-		n := min(max(end, 2*c, memSpoolMin), sp.budget.each)
+		n := sp.budget.capacity(max(end, 2*c))
 		if !sp.budget.take(n - c) {
 			return false
 		}
-		buf := make([]byte, len(sp.mem), n)
+		buf := sp.budget.alloc(n)[:len(sp.mem)]
 		copy(buf, sp.mem)
+		sp.budget.bufs.Put(sp.mem)
 		sp.mem = buf
 	}
 	sp.mem = sp.mem[:end]
@@ -134,10 +158,11 @@ func (sp *spool) spill() error {
 		return fmt.Errorf("spill spool to a file: %w", err)
 	}
 	sp.memMu.Lock()
-	n := cap(sp.mem)
+	old := sp.mem
 	sp.f, sp.mem = f, nil
 	sp.memMu.Unlock()
-	sp.budget.give(int64(n))
+	sp.budget.give(int64(cap(old)))
+	sp.budget.bufs.Put(old)
 	return nil
 }
 
@@ -171,10 +196,13 @@ func (sp *spool) truncMem(size int64) {
 	sp.memMu.Unlock()
 }
 
-// freeMem drops the buffer. The hasher is done.
+// freeMem drops the buffer, for a later spool to reuse. The hasher is
+// done, and nothing else holds the buffer: reads copy out of it, and a
+// commit from it (store.Changes.Mem) keeps none of it once it returns.
 func (sp *spool) freeMem() {
 	if sp.budget != nil {
 		sp.budget.give(int64(cap(sp.mem)))
+		sp.budget.bufs.Put(sp.mem)
 	}
 	sp.mem = nil
 }

@@ -288,3 +288,72 @@ func TestMemSpoolSparseGrow(t *testing.T) {
 		t.Fatal("a truncation past the bound did not spill")
 	}
 }
+
+// TestMemSpoolReusesBuffers: a closed spool's buffer goes to the next
+// spool, after a spill too, and never carries the old file's bytes: every
+// byte that the new file did not write reads as zero, at any offset, past
+// a truncation and after a growth.
+func TestMemSpoolReusesBuffers(t *testing.T) {
+	const C = 4096
+	dir := t.TempDir()
+	mem := newMemBudget(256<<10, 1<<20)
+	ones := bytes.Repeat([]byte{0xff}, 256<<10)
+	dirty := func() *spool {
+		sp, err := newSpool(dir, nil, C, false, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sp.write(ones, 0); err != nil || !sp.inMem() {
+			t.Fatalf("write 256 KiB into a spool in memory: %v (in memory %v)", err, sp.inMem())
+		}
+		return sp
+	}
+	for round, end := range []func(*spool){
+		func(sp *spool) { sp.close(true) },
+		func(sp *spool) {
+			if err := sp.truncate(100); err != nil { // clears the rest first
+				t.Fatal(err)
+			}
+			sp.close(true)
+		},
+		func(sp *spool) {
+			if err := sp.spill(); err != nil {
+				t.Fatal(err)
+			}
+			sp.close(true)
+		},
+	} {
+		end(dirty())
+		if mem.used.Load() != 0 || mem.bufs.Held() == 0 {
+			t.Fatalf("round %d: %d bytes counted, %d kept for reuse after the close", round, mem.used.Load(), mem.bufs.Held())
+		}
+		sp, err := newSpool(dir, nil, C, false, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, 256<<10)
+		for _, w := range []struct {
+			off int64
+			b   string
+		}{{250000, "v"}, {77, "x"}, {70000, "yz"}, {3 * C, "w"}} {
+			if _, err := sp.write([]byte(w.b), w.off); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[w.off:], w.b)
+		}
+		if err := sp.truncate(int64(len(want))); err != nil {
+			t.Fatal(err)
+		}
+		if !sp.inMem() {
+			t.Fatalf("round %d: the new spool is not in memory", round)
+		}
+		got := make([]byte, len(want))
+		if n, err := sp.ReadAt(got, 0); n != len(got) || err != nil {
+			t.Fatalf("round %d: read %d bytes: %v", round, n, err)
+		}
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("round %d: byte %d of a spool on a reused buffer is %#x, want %#x", round, i, got[i], want[i])
+		}
+		sp.close(true)
+	}
+}

@@ -160,7 +160,7 @@ func (in *ingest) adoptSpool() error {
 		for _, c := range in.fresh {
 			ranges = append(ranges, [2]int64{c.off, c.n})
 		}
-		rec, err := encodeData(pack, in.size, ranges, func(off, n int64, b []byte) error {
+		rec, err := s.encodeData(pack, in.size, ranges, func(off, n int64, b []byte) error {
 			_, err := in.adopt.ReadAt(b, off)
 			return err
 		})

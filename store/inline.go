@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvfs/kvfs/internal/bufpool"
 	"github.com/kvfs/kvfs/manifest"
 )
 
@@ -78,7 +79,19 @@ type inlineState struct {
 	// committed length, until a checkpoint covers the record (see
 	// "Reuse of pack offsets"). Guarded by mu.
 	tainted map[uint32]taint
+	// bufs keeps the buffers of data records for the next ones: the
+	// journal copies a record as it is appended, and a buffer made per
+	// commit cost its fresh pages' faults (bufpool).
+	bufs *bufpool.Pool
 }
+
+// Data records are encoded into buffers of inlineBufMin to inlineBufMax
+// bytes (one inlined commit, ranges included), inlineBufKeep of them kept.
+const (
+	inlineBufMin  = 64 << 10
+	inlineBufMax  = 2 * inlineMax
+	inlineBufKeep = 8 << 20
+)
 
 // taint is a pack's latest data record (seq) and the end of its ranges.
 type taint struct {
@@ -93,13 +106,14 @@ func (s *Store) inlines(n int64) bool {
 }
 
 // encodeData is a data record: RecordData, pack:u32, size:u64, then per
-// range off:uvarint len:uvarint bytes.
-func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int64, b []byte) error) ([]byte, error) {
+// range off:uvarint len:uvarint bytes. Its buffer comes from s.inline.bufs,
+// and goes back there with appendData.
+func (s *Store) encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int64, b []byte) error) ([]byte, error) {
 	total := 13
 	for _, r := range ranges {
 		total += 2*binary.MaxVarintLen64 + int(r[1])
 	}
-	b := make([]byte, 0, total)
+	b := s.inline.bufs.Scratch(total)[:0]
 	b = append(b, manifest.RecordData)
 	b = binary.BigEndian.AppendUint32(b, pack)
 	b = binary.BigEndian.AppendUint64(b, uint64(size))
@@ -109,6 +123,7 @@ func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int
 		at := len(b)
 		b = b[:at+int(r[1])] // within the capacity reserved above
 		if err := read(r[0], r[1], b[at:]); err != nil {
+			s.inline.bufs.Put(b)
 			return nil, err
 		}
 	}
@@ -117,8 +132,11 @@ func encodeData(pack uint32, size int64, ranges [][2]int64, read func(off, n int
 
 // appendData appends a data record for pack (which now has its name in
 // packs/) ahead of the commit's index record, marks the pack for the next
-// checkpoint's sync, and returns the record's sequence number.
+// checkpoint's sync, and returns the record's sequence number. The record
+// (from encodeData) is the journal's copy once appended: its buffer goes
+// back to the pool.
 func (s *Store) appendData(pack uint32, rec []byte) (uint64, error) {
+	defer s.inline.bufs.Put(rec)
 	s.inline.mu.Lock()
 	s.inline.dirty[pack] = true
 	s.inline.names = true

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/internal/bufpool"
 	"github.com/kvfs/kvfs/journal"
 	"github.com/kvfs/kvfs/manifest"
 )
@@ -159,6 +160,7 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 	}
 	jdir := journalDir(s.dir)
 	s.inline.dirty = map[uint32]bool{}
+	s.inline.bufs = bufpool.New(inlineBufMin, inlineBufMax, inlineBufKeep)
 	seg := opts.JournalSegmentSize
 	if seg <= 0 {
 		seg = journalSegmentFor(s.dir)

@@ -401,7 +401,7 @@ func (in *ingest) journalBytes(ranges map[uint32][]blockstore.Loc) error {
 		if src, ok := in.src.(memSource); ok {
 			read = in.readFromMem(src, pack)
 		}
-		rec, err := encodeData(pack, end, pairs, read)
+		rec, err := in.s.encodeData(pack, end, pairs, read)
 		if err != nil {
 			return fmt.Errorf("journal new chunks: %w", err)
 		}
