@@ -49,14 +49,22 @@ func (p *Pool) Class(n int) int {
 // Get returns a buffer of length n with capacity Class(n), all zeros up
 // to its capacity.
 func (p *Pool) Get(n int) []byte {
-	b := p.Scratch(n)
-	clear(b[:cap(b)])
+	b, reused := p.take(n)
+	if reused {
+		clear(b[:cap(b)])
+	}
 	return b
 }
 
 // Scratch is Get for a caller that writes every byte it reads: the bytes
 // of a reused buffer are left as they were.
 func (p *Pool) Scratch(n int) []byte {
+	b, _ := p.take(n)
+	return b
+}
+
+// take returns a kept buffer of n's class, or a new one (zeros).
+func (p *Pool) take(n int) (b []byte, reused bool) {
 	c := p.Class(n)
 	if k, ok := p.class(c); ok {
 		p.mu.Lock()
@@ -66,11 +74,11 @@ func (p *Pool) Scratch(n int) []byte {
 			p.free[k] = p.free[k][:l-1]
 			p.held -= c
 			p.mu.Unlock()
-			return b[:n]
+			return b[:n], true
 		}
 		p.mu.Unlock()
 	}
-	return make([]byte, n, c)
+	return make([]byte, n, c), false
 }
 
 // Put gives back a buffer that nothing uses any more (one from Get, or any
