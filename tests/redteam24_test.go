@@ -25,6 +25,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvfs/kvfs/internal/testutil"
 	"github.com/kvfs/kvfs/store"
 )
 
@@ -706,7 +707,10 @@ func rt24VerifyAll(t *testing.T, dir string, first, count uint64) {
 // every file, committed or being written, by O_DIRECT, page cache and
 // mmap. Then a remount, every file again, and the store's check.
 func TestRT24PoolStress(t *testing.T) {
-	count := uint64(480)
+	count := uint64(160) // 480 with KVFS_STRESS=full
+	if testutil.StressFull() {
+		count = 480
+	}
 	if v := os.Getenv("RT24_FILES"); v != "" {
 		count, _ = strconv.ParseUint(v, 10, 64)
 	}
