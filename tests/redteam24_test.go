@@ -288,10 +288,12 @@ func rt24ReadFD(f *os.File) ([]byte, error) {
 	for n < len(buf) {
 		m, err := f.ReadAt(buf[n:min(len(buf), n+(1<<20))], int64(n))
 		n += m
-		if err == io.EOF || m == 0 {
+		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			// Not the end of the file: an error (ENOTCONN once the
+			// daemon is killed) must not read as a short file.
 			return nil, err
 		}
 	}
