@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,6 +172,25 @@ func (m *mount) openStore(t testing.TB) *store.Store {
 		t.Fatalf("open store after unmount: %v\ndaemon log:\n%s", err, log)
 	}
 	return s
+}
+
+// readStored reads the whole of the file at p from a store opened with
+// openStore (the kill tests' check of what a crash left).
+func readStored(s *store.Store, p string) ([]byte, error) {
+	f, err := s.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, f.Size())
+	n, err := f.ReadAt(b, 0)
+	if n < len(b) {
+		return nil, fmt.Errorf("read %s from the store: %d of %d bytes: %v", p, n, len(b), err)
+	}
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b, nil
 }
 
 // check verifies the store's invariants after the daemon has exited.

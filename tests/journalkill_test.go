@@ -172,16 +172,7 @@ func checkKillLog(t *testing.T, s *store.Store, logPath string, round int) int {
 			}
 		}
 	}
-	read := func(p string) ([]byte, error) {
-		f, err := s.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		b := make([]byte, f.Size())
-		_, err = f.ReadAt(b, 0)
-		return b, err
-	}
+	read := func(p string) ([]byte, error) { return readStored(s, p) }
 	finals := map[string]bool{}
 	ents, err := s.List("final")
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -823,19 +823,7 @@ func TestRT24KillDaemon(t *testing.T) {
 func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round int) int {
 	t.Helper()
 	rel := func(p string) string { return strings.TrimPrefix(p, mnt+"/") }
-	read := func(p string) ([]byte, error) {
-		f, err := s.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		b := make([]byte, f.Size())
-		_, err = f.ReadAt(b, 0)
-		if err == io.EOF {
-			err = nil
-		}
-		return b, err
-	}
+	read := func(p string) ([]byte, error) { return readStored(s, p) }
 	b, _ := os.ReadFile(logPath)
 	type ent struct {
 		tmp, final string
