@@ -4,6 +4,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -221,6 +222,19 @@ func client(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), clientEnv+"="+name, fmt.Sprintf("KVFS_TEST_CLIENT_ARGS=%d", len(args)))
 	return cmd
+}
+
+// startClient starts client name with args, its output (stdout and stderr)
+// into the buffer returned.
+func startClient(t testing.TB, name string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	c := client(name, args...)
+	out := &bytes.Buffer{}
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		t.Fatalf("start client %s: %v", name, err)
+	}
+	return c, out
 }
 
 func countClientArgs() int {

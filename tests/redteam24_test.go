@@ -490,21 +490,10 @@ func rt24Verify(p string, mode int) (int64, error) {
 	return int64(len(got)), nil
 }
 
+// rt24Mmap reads the file at p through a shared mapping (a copy of it).
 func rt24Mmap(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() == 0 {
-		return nil, nil
-	}
-	m, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
+	m, err := mapFile(p)
+	if err != nil || m == nil {
 		return nil, err
 	}
 	defer syscall.Munmap(m)
@@ -623,25 +612,15 @@ func rt24Run(t *testing.T, dir string, first, count uint64, writers, threads, in
 	var rcmds []*exec.Cmd
 	var routs []*bytes.Buffer
 	for range readers {
-		c := client("rt24-read", dir, stop)
-		var out bytes.Buffer
-		c.Stdout, c.Stderr = &out, &out
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		rcmds, routs = append(rcmds, c), append(routs, &out)
+		c, out := startClient(t, "rt24-read", dir, stop)
+		rcmds, routs = append(rcmds, c), append(routs, out)
 	}
 	var wcmds []*exec.Cmd
 	var wouts []*bytes.Buffer
 	per := count / uint64(writers)
 	for w := range writers {
-		c := client("rt24-write", dir, fmt.Sprint(first+uint64(w)*per), fmt.Sprint(per), fmt.Sprint(threads), fmt.Sprint(interleave), map[bool]string{true: "1", false: "0"}[direct])
-		var out bytes.Buffer
-		c.Stdout, c.Stderr = &out, &out
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wcmds, wouts = append(wcmds, c), append(wouts, &out)
+		c, out := startClient(t, "rt24-write", dir, fmt.Sprint(first+uint64(w)*per), fmt.Sprint(per), fmt.Sprint(threads), fmt.Sprint(interleave), map[bool]string{true: "1", false: "0"}[direct])
+		wcmds, wouts = append(wcmds, c), append(wouts, out)
 	}
 	var failed bool
 	for i, c := range wcmds {
@@ -772,20 +751,12 @@ func TestRT24KillDaemon(t *testing.T) {
 			m.start(t, args...)
 		}
 		stop := filepath.Join(t.TempDir(), "stop")
-		rd := client("rt24-read", dir, stop)
-		var rout bytes.Buffer
-		rd.Stdout, rd.Stderr = &rout, &rout
-		rd.Start()
+		rd, rout := startClient(t, "rt24-read", dir, stop)
 		var cmds []*exec.Cmd
 		var outs []*bytes.Buffer
 		for w := range 2 {
-			c := client("rt24-write", dir, fmt.Sprint(first+uint64(w)*100000), "100000", "3", "2", "1", logPath)
-			var out bytes.Buffer
-			c.Stdout, c.Stderr = &out, &out
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			cmds, outs = append(cmds, c), append(outs, &out)
+			c, out := startClient(t, "rt24-write", dir, fmt.Sprint(first+uint64(w)*100000), "100000", "3", "2", "1", logPath)
+			cmds, outs = append(cmds, c), append(outs, out)
 		}
 		first += 1000000
 		time.Sleep(time.Duration(1500+r.IntN(2500)) * time.Millisecond)
@@ -1002,13 +973,8 @@ func TestRT24MmapWriters(t *testing.T) {
 			var mcmds []*exec.Cmd
 			var mouts []*bytes.Buffer
 			for w := range 2 {
-				c := client("rt24-mmapwrite", dir, fmt.Sprint(20000+w*100), "30")
-				var out bytes.Buffer
-				c.Stdout, c.Stderr = &out, &out
-				if err := c.Start(); err != nil {
-					t.Fatal(err)
-				}
-				mcmds, mouts = append(mcmds, c), append(mouts, &out)
+				c, out := startClient(t, "rt24-mmapwrite", dir, fmt.Sprint(20000+w*100), "30")
+				mcmds, mouts = append(mcmds, c), append(mouts, out)
 			}
 			rt24Run(t, dir, 30000, 96, 2, 2, 2, 1, true)
 			for i, c := range mcmds {
