@@ -250,6 +250,10 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	f := ch.Operations().(*fileNode)
 	// The new inode came back held: the writer's hold (openWriter).
 	f.mu.Lock()
+	// The kernel links the node under its name only once Create returns;
+	// its spool, started now, goes by this name (chunkedWhole).
+	dirName, _ := d.Parent()
+	f.createdAs = [2]string{dirName, name}
 	if f.held == 0 && f.ino.Load() == fi.Ino {
 		f.held = fi.Ino
 	} else if err := d.fsys.s.Unhold(fi.Ino); err != nil {

@@ -43,6 +43,9 @@ type fileNode struct {
 	readers int
 	// writing mirrors sp != nil for readers, which take mu only then.
 	writing atomic.Bool
+	// createdAs is the directory's name and the file's, from Create,
+	// before the node has a parent in the tree.
+	createdAs [2]string
 }
 
 // unlock releases f.mu and then, if a commit happened under it, tells the
@@ -342,12 +345,16 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 			return f.stale("open for write", err)
 		}
 	}
-	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || f.chunkedWhole(), f.fsys.memSpools)
+	snapshot, blob := f.chunkedWhole()
+	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || snapshot, f.fsys.memSpools)
 	if err != nil {
 		if base != nil {
 			base.Close()
 		}
 		return f.fsys.errno("start spool", err)
+	}
+	if blob && !f.fsys.noWriteHash && (base == nil || base.Size() == 0) {
+		sp.trackWhole()
 	}
 	f.sp = sp
 	f.writing.Store(true)
@@ -355,15 +362,23 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 }
 
 // chunkedWhole reports whether the file's name makes the store chunk it
-// from its whole content (store.ChunkedWhole): then its cells are not
-// hashed as they are written.
-func (f *fileNode) chunkedWhole() bool {
-	name, parent := f.Parent()
-	if parent == nil {
-		return false
+// from its whole content (store.ChunkedWhole): a snapshot, whose cells
+// are then not hashed as they are written, or a blob, which is chunked on
+// the grid of cells but named by the sha256 of its whole content (the
+// spool hashes that too: trackWhole).
+func (f *fileNode) chunkedWhole() (snapshot, blob bool) {
+	dir, name := f.createdAs[0], f.createdAs[1]
+	if n, parent := f.Parent(); parent != nil {
+		name = n
+		dir, _ = parent.Parent()
 	}
-	dir, _ := parent.Parent()
-	return store.ChunkedWhole(dir, name)
+	if name == "" {
+		return false, false
+	}
+	if store.InBlocksDir(dir) {
+		return false, true
+	}
+	return store.ChunkedWhole(dir, name), false
 }
 
 // dropSpool discards the spool: its file, unless the store adopted it as

@@ -220,3 +220,181 @@ func TestSpoolStaleHash(t *testing.T) {
 		t.Fatal("a hash queued before a write was kept after it")
 	}
 }
+
+// TestSpoolWholeSum: a new blob's spool hashes its whole content as it is
+// written (trackWhole), and the sum its changes give the commit is the
+// sha256 of the content, whatever came after the cells it hashed in
+// order: rewrites of a hashed cell with other bytes or the same ones,
+// truncations below or inside the hashed cells, growth, writes out of
+// order, and writes racing the hasher. Written in order from 0 in pieces
+// of any size, the sum is given with only the last, short cell read back.
+// It runs with a spool file, in memory, and spilling from memory.
+func TestSpoolWholeSum(t *testing.T) {
+	const C = 4096
+	modes := []struct {
+		name string
+		mem  func() *memBudget
+	}{
+		{"file", func() *memBudget { return nil }},
+		{"memory", func() *memBudget { return newMemBudget(1<<20, 8<<20) }},
+		{"memory spilling", func() *memBudget { return newMemBudget(13*C+C/3, 8<<20) }},
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			s := storetest.New(t, storetest.Options{ChunkSize: C})
+			given, inOrder := 0, 0
+			for seed := uint64(1); seed <= 200; seed++ {
+				r := rand.New(rand.NewPCG(seed, 2))
+				rnd := func(n int64) []byte {
+					b := make([]byte, n)
+					for i := range b {
+						b[i] = byte(r.Uint32()) | 1
+					}
+					return b
+				}
+				sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false, mode.mem())
+				if err != nil {
+					t.Fatal(err)
+				}
+				sp.trackWhole()
+				var model []byte
+				write := func(b []byte, off int64) {
+					t.Helper()
+					if _, err := sp.write(b, off); err != nil {
+						t.Fatal(err)
+					}
+					model = writeModel(model, b, off)
+				}
+				// In order from 0, in pieces of any size.
+				total := r.Int64N(20 * C)
+				for off := int64(0); off < total; {
+					n := min(total-off, 1+r.Int64N(3*C))
+					write(rnd(n), off)
+					off += n
+				}
+				ordered := seed%4 == 0 // then nothing else
+				if ordered {
+					sp.hashing.Wait()
+				}
+				for op := 0; !ordered && op < r.IntN(4); op++ {
+					if r.IntN(3) == 0 {
+						sp.hashing.Wait() // the change comes after the hash
+					}
+					switch p := r.IntN(5); {
+					case p == 0 && len(model) > 0: // other bytes
+						off := r.Int64N(int64(len(model)))
+						write(rnd(1+r.Int64N(C)), off)
+					case p == 1 && len(model) > 0: // the same bytes
+						off := r.Int64N(int64(len(model)))
+						n := min(int64(len(model))-off, 1+r.Int64N(2*C))
+						write(append([]byte{}, model[off:off+n]...), off)
+					case p == 2: // shorter or longer
+						sz := r.Int64N(24 * C)
+						if err := sp.truncate(sz); err != nil {
+							t.Fatal(err)
+						}
+						if sz < int64(len(model)) {
+							model = model[:sz]
+						} else {
+							model = append(model, make([]byte, sz-int64(len(model)))...)
+						}
+					default: // appended, whole cells at a time
+						n := (1 + r.Int64N(3)) * C
+						write(rnd(n), int64(len(model)))
+					}
+				}
+				ch := sp.changes()
+				if ch.BlobSummed {
+					given++
+					if ch.BlobSum != blockstore.Sum(model) {
+						t.Fatalf("seed %d: whole sum %s, content's %s (%d bytes)", seed, ch.BlobSum.Short(), blockstore.Sum(model).Short(), len(model))
+					}
+				}
+				if ordered {
+					if !ch.BlobSummed {
+						t.Fatalf("seed %d: a blob written in order got no whole sum", seed)
+					}
+					if got, want := int64(len(sp.wholeCells)), int64(len(model))/C; got != want {
+						t.Fatalf("seed %d: %d cells hashed in order, want %d", seed, got, want)
+					}
+					inOrder++
+				}
+				sp.close(true)
+			}
+			if given <= inOrder {
+				t.Fatalf("a whole sum given for %d blobs, %d of them written only in order: none after a change", given, inOrder)
+			}
+		})
+	}
+}
+
+// TestSpoolWholeSumStale: a cell hashed into the whole sum and then
+// changed, before or after the whole hasher took it, leaves the commit
+// with the sum of the new content, hashed again from the start, never
+// with the old content's.
+func TestSpoolWholeSumStale(t *testing.T) {
+	const C = 4096
+	s := storetest.New(t, storetest.Options{ChunkSize: C})
+	sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close(true)
+	sp.trackWhole()
+	a := bytes.Repeat([]byte{1}, 2*C)
+	if _, err := sp.write(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	sp.hashing.Wait()
+	if len(sp.wholeCells) != 2 {
+		t.Fatalf("%d cells in the whole sum, want 2", len(sp.wholeCells))
+	}
+	// A job for cell 0 queued before a change, taken after it: the cell
+	// is the next one again once the whole hash restarts.
+	stale := sp.wholeCells[0]
+	if _, err := sp.write([]byte{2}, 5); err != nil {
+		t.Fatal(err)
+	}
+	b := append([]byte{}, a...)
+	b[5] = 2
+	if ch := sp.changes(); !ch.BlobSummed || ch.BlobSum != blockstore.Sum(b) {
+		t.Fatalf("after a hashed cell changed: whole sum given %v, %s; want %s", ch.BlobSummed, ch.BlobSum.Short(), blockstore.Sum(b).Short())
+	}
+	if len(sp.wholeCells) != 0 {
+		t.Fatalf("the whole hash kept %d cells hashed before a change", len(sp.wholeCells))
+	}
+	sp.hashWhole(stale, make([]byte, C))
+	if len(sp.wholeCells) != 0 {
+		t.Fatal("a cell queued before a change was added to the whole hash after it")
+	}
+	if ch := sp.changes(); !ch.BlobSummed || ch.BlobSum != blockstore.Sum(b) {
+		t.Fatalf("whole sum given %v, %s; want %s", ch.BlobSummed, ch.BlobSum.Short(), blockstore.Sum(b).Short())
+	}
+	// Cell 1 cut off and made again, with other bytes: another cell, of
+	// the same generation as the one hashed.
+	sp2, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp2.close(true)
+	sp2.trackWhole()
+	if _, err := sp2.write(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	sp2.hashing.Wait()
+	gen := sp2.cells[1].gen
+	if err := sp2.truncate(C); err != nil {
+		t.Fatal(err)
+	}
+	other := bytes.Repeat([]byte{3}, C)
+	if _, err := sp2.write(other, C); err != nil {
+		t.Fatal(err)
+	}
+	if sp2.cells[1].gen != gen {
+		t.Fatalf("the cell made again has generation %d, the one hashed %d: the case is not tested", sp2.cells[1].gen, gen)
+	}
+	want := blockstore.Sum(append(append([]byte{}, a[:C]...), other...))
+	if ch := sp2.changes(); !ch.BlobSummed || ch.BlobSum != want {
+		t.Fatalf("after a cut and a rewrite: whole sum given %v, %s; want %s", ch.BlobSummed, ch.BlobSum.Short(), want.Short())
+	}
+}

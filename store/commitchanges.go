@@ -61,6 +61,13 @@ type Changes struct {
 	// journals them, takes the journal's bytes from it, with no read of a
 	// file or of the pack. It must not change until the commit returns.
 	Mem []byte
+	// BlobSum, when BlobSummed, is the sha256 of the whole new content,
+	// computed as it was written. A blob's commit (a file in a blocks
+	// directory, named by that sha256) with nothing kept takes it, and
+	// the sums of the dirty cells, instead of reading and hashing the
+	// whole file. Other commits ignore it.
+	BlobSum    blockstore.ID
+	BlobSummed bool
 }
 
 // spoolSource is the source of the dirty cells' bytes: the spool file, or
@@ -105,7 +112,10 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 		return nil, nil, inoErr("commit", ino, "", err)
 	}
 	C := s.chunkSize
-	if wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C) {
+	// A blob is chunked on the grid, as a plain file is; only its name
+	// needs the whole content, and the writer hashed that already.
+	blob := inBlocksDir(comps) && ch.Keep == 0 && ch.BlobSummed
+	if !blob && (wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C)) {
 		if ch.Keep == 0 {
 			return s.CommitIno(ctx, ino, ch.spoolSource(), ch.Size, opts)
 		}
@@ -114,6 +124,9 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	in := &ingest{s: s, src: ch.spoolSource(), size: ch.Size, comps: comps, target: ino,
 		opts: PutOptions{Mtime: opts.Mtime}, ctime: opts.Ctime, states: map[blockstore.ID]*chunkState{},
 		hold: opts.Hold, plan: &plan{kind: kindPlain}}
+	if blob {
+		in.plan.kind, in.blobSum = kindBlob, ch.BlobSum.String()
+	}
 	if opts.Adopt && ch.Spool != nil {
 		in.adopt = ch.Spool
 	}
@@ -141,6 +154,10 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 // 1 GiB snapshot hashed it twice). The name may change before the commit;
 // the sums are only ever a shortcut.
 func ChunkedWhole(dir, name string) bool { return wholeContent([]string{dir, name}) }
+
+// InBlocksDir reports whether a file in a directory named dir is a blob
+// (an engine block, named by the sha256 of its content).
+func InBlocksDir(dir string) bool { return inBlocksDir([]string{dir, ""}) }
 
 // wholeContent reports whether a file at comps is chunked from its whole
 // content (see planFor): a blob, or a snapshot.

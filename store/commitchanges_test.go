@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -336,5 +337,118 @@ func TestCommitChangesMovesPins(t *testing.T) {
 			t.Fatal(err)
 		}
 		ino = nfi.Ino
+	}
+}
+
+// TestCommitChangesBlobSum: a new blob whose writer hashed it whole as it
+// was written (Changes.BlobSum) commits through its dirty cells, with no
+// byte read or hashed when every full cell was summed, and is the blob its
+// sha256 names: AdoptBlob finds it from another blocks directory. A given
+// sum that is not the name's fails the commit (ErrBlobMismatch) and
+// leaves nothing behind; with part of the previous version kept, or
+// outside a blocks directory, the sum is ignored.
+func TestCommitChangesBlobSum(t *testing.T) {
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1 << 30}})
+	if err := s.Mkdir("a/blocks", 0o700, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Mkdir("b/blocks", 0o700, true); err != nil {
+		t.Fatal(err)
+	}
+	dirIno := func(p string) uint64 {
+		fi, err := s.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Ino
+	}
+	// summedChanges describes model as a new file whose full cells were
+	// summed as written.
+	summedChanges := func(model []byte) store.Changes {
+		var cells []int64
+		var d []store.DirtyChunk
+		for i := int64(0); i*cc < int64(len(model)); i++ {
+			cells = append(cells, i)
+			dc := store.DirtyChunk{Index: i}
+			if (i+1)*cc <= int64(len(model)) {
+				dc.Sum, dc.Summed = blockstore.Sum(model[i*cc:(i+1)*cc]), true
+			}
+			d = append(d, dc)
+		}
+		return store.Changes{Size: int64(len(model)), Dirty: d, Spool: changeSpool(t, s, model, cells),
+			BlobSum: blockstore.Sum(model), BlobSummed: true}
+	}
+	for _, size := range []int{0, cc, 7*cc + 123, 9 * cc} {
+		model := randBytes(size, uint64(size)+1)
+		h := sha256hex(model)
+		fi, err := s.CreateAt(dirIno("a/blocks"), h, 0o600, store.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfi, st, err := s.CommitChanges(ctx, fi.Ino, summedChanges(model), nil, store.CommitOptions{Adopt: true})
+		if err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		if want := int64(size % cc); !st.Changes || st.Kind != "blob" || st.HashedBytes != want {
+			t.Fatalf("%d bytes: stats %+v, want a blob committed as changes, %d bytes hashed", size, st, want)
+		}
+		if got := get(t, s, "a/blocks/"+h); !bytes.Equal(got, model) {
+			t.Fatalf("%d bytes: content differs", size)
+		}
+		nfi, err := s.StatIno(cfi.Ino)
+		if err != nil || nfi.Blob != h {
+			t.Fatalf("%d bytes: blob %q (%v), want %s", size, nfi.Blob, err, h)
+		}
+		if _, err := s.AdoptBlob(dirIno("b/blocks"), h, nil); err != nil {
+			t.Fatalf("%d bytes: adopt from another blocks directory: %v", size, err)
+		}
+		if got := get(t, s, "b/blocks/"+h); !bytes.Equal(got, model) {
+			t.Fatalf("%d bytes: adopted content differs", size)
+		}
+	}
+
+	// A sum that is not the name's.
+	model := randBytes(5*cc, 99)
+	h := sha256hex(model)
+	fi, err := s.CreateAt(dirIno("a/blocks"), h, 0o600, store.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := summedChanges(model)
+	ch.BlobSum = blockstore.Sum([]byte("other"))
+	if _, _, err := s.CommitChanges(ctx, fi.Ino, ch, nil, store.CommitOptions{Adopt: true}); !errors.Is(err, store.ErrBlobMismatch) {
+		t.Fatalf("wrong sum: %v, want ErrBlobMismatch", err)
+	}
+	if nfi, err := s.Stat("a/blocks/" + h); err != nil || nfi.Size != 0 {
+		t.Fatalf("after a failed commit: %+v, %v; want the empty file", nfi, err)
+	}
+
+	// Kept bytes: the sum is ignored, the whole content read and hashed.
+	put(t, s, "a/blocks/k", model)
+	kfi, _ := s.Stat("a/blocks/k")
+	changed := append([]byte{}, model...)
+	copy(changed[2*cc:], "changed")
+	ch = store.Changes{Size: int64(len(changed)), Keep: int64(len(changed)), Dirty: dirty(2),
+		Spool: changeSpool(t, s, changed, []int64{2}), BlobSum: blockstore.Sum([]byte("ignored")), BlobSummed: true}
+	cfi, st, err := s.CommitChanges(ctx, kfi.Ino, ch, bytes.NewReader(changed), store.CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nfi, _ := s.StatIno(cfi.Ino); st.Changes || nfi.Blob != sha256hex(changed) {
+		t.Fatalf("kept bytes: stats %+v, blob %q; want a whole commit as blob %s", st, nfi.Blob, sha256hex(changed))
+	}
+
+	// Not in a blocks directory: a plain file, whatever the sum.
+	pfi, err := s.CreateAt(dirIno("a"), "plain", 0o600, store.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch = summedChanges(model)
+	ch.BlobSum = blockstore.Sum([]byte("ignored"))
+	if cfi, st, err = s.CommitChanges(ctx, pfi.Ino, ch, nil, store.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if nfi, _ := s.StatIno(cfi.Ino); st.Kind == "blob" || nfi.Blob != "" || !bytes.Equal(get(t, s, "a/plain"), model) {
+		t.Fatalf("plain file: stats %+v, blob %q", st, nfi.Blob)
 	}
 }

@@ -147,7 +147,7 @@ type ingest struct {
 	refs    []chunkRef
 	states  map[blockstore.ID]*chunkState
 	blob    hashWriter // sha256 of the whole content, for blob files
-	blobSum string     // its hex digest, once read
+	blobSum string     // its hex digest, once read, or as the writer gave it
 	slots   []*packSlot
 	stats   PutStats
 	jobs    chan<- writeJob // the writer goroutine's queue, while chunking
@@ -254,7 +254,7 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	in.stats.Kind, in.stats.Note = in.plan.kind, in.plan.note
 	// A blob of at most one chunk is that chunk, whose ID is the sha256
 	// of the same bytes: it is not hashed a second time (wholeSum).
-	if in.plan.kind == kindBlob && in.size > s.chunkSize {
+	if in.plan.kind == kindBlob && in.size > s.chunkSize && in.blobSum == "" {
 		in.blob = sha256.New()
 	}
 	t0 := time.Now()
@@ -271,11 +271,13 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	}
 	chunked := time.Since(t0)
 	if in.plan.kind == kindBlob {
-		sum, err := in.wholeSum()
-		if err != nil {
-			return nil, err
+		if in.blobSum == "" { // else given (Changes.BlobSum)
+			sum, err := in.wholeSum()
+			if err != nil {
+				return nil, err
+			}
+			in.blobSum = sum
 		}
-		in.blobSum = sum
 		if name := in.comps[len(in.comps)-1]; hex64.MatchString(name) && name != in.blobSum {
 			return nil, fmt.Errorf("%w: sha256 is %s", ErrBlobMismatch, in.blobSum)
 		}
