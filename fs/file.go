@@ -353,8 +353,13 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		}
 		return f.fsys.errno("start spool", err)
 	}
-	if blob && !f.fsys.noWriteHash && (base == nil || base.Size() == 0) {
-		sp.trackWhole()
+	if !f.fsys.noWriteHash && (base == nil || base.Size() == 0) {
+		switch {
+		case blob:
+			sp.trackWhole()
+		case snapshot:
+			sp.trackPieces(f.fsys.s.SnapshotPieces)
+		}
 	}
 	f.sp = sp
 	f.writing.Store(true)

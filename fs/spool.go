@@ -81,6 +81,11 @@ type spool struct {
 	whole      hash.Hash
 	wholeq     chan hashJob
 	wholeCells []hashJob
+
+	// pieces, for a new snapshot (.mlxkv), hashes the chunks its commit
+	// will cut from its rows as they are written (see pieces.go); nil
+	// when not tracked.
+	pieces *pieceHasher
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -148,6 +153,9 @@ func (sp *spool) close(remove bool) {
 	}
 	if sp.wholeq != nil {
 		close(sp.wholeq)
+	}
+	if sp.pieces != nil {
+		sp.pieces.stop()
 	}
 	if sp.inMem() {
 		sp.freeMem()
@@ -248,6 +256,9 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		sp.size = e
 	}
 	sp.writeAhead(off, int64(n))
+	if sp.pieces != nil {
+		sp.pieces.wrote(sp, off, int64(n), err)
+	}
 	if err == nil && !sp.noHash {
 		// Every cell whose end the write reached: in order, it is done.
 		for i := first; (i+1)*sp.C <= end; i++ {
@@ -453,15 +464,21 @@ func (sp *spool) hashCell(j hashJob, buf []byte) {
 
 // readCell reads a queued cell's bytes into buf (C bytes), as of now: the
 // caller checks that the cell did not change since it was queued.
-func (sp *spool) readCell(j hashJob, buf []byte) bool {
+func (sp *spool) readCell(j hashJob, buf []byte) bool { return sp.readRange(buf, j.off) }
+
+// readRange reads the spool's bytes at off into buf, from another
+// goroutine than the writer's (a hasher), as of now. It reports whether
+// it read all of them; bytes past the end of a spool in memory are not
+// read.
+func (sp *spool) readRange(buf []byte, off int64) bool {
 	sp.memMu.RLock()
 	f, n := sp.f, 0
-	if f == nil && j.off+int64(len(buf)) <= int64(len(sp.mem)) {
-		n = copy(buf, sp.mem[j.off:]) // copied out: a write may come
+	if f == nil && off+int64(len(buf)) <= int64(len(sp.mem)) {
+		n = copy(buf, sp.mem[off:]) // copied out: a write may come
 	}
 	sp.memMu.RUnlock()
 	if f != nil {
-		n, _ = f.ReadAt(buf, j.off)
+		n, _ = f.ReadAt(buf, off)
 	}
 	return n == len(buf)
 }
@@ -587,6 +604,9 @@ func (sp *spool) truncate(size int64) error {
 			return err
 		}
 	}
+	if sp.pieces != nil {
+		sp.pieces.truncated(size)
+	}
 	if sp.inMem() {
 		sp.truncMem(size)
 	} else if err := sp.f.Truncate(size); err != nil {
@@ -662,5 +682,8 @@ func (sp *spool) changes() store.Changes {
 	}
 	sp.sumMu.Unlock()
 	ch.BlobSum, ch.BlobSummed = sp.wholeSum()
+	if sp.pieces != nil && sp.keep == 0 {
+		ch.Pieces = sp.pieces.sums()
+	}
 	return ch
 }

@@ -3,11 +3,14 @@ package fs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/internal/snapgen"
 	"github.com/kvfs/kvfs/store"
 	"github.com/kvfs/kvfs/store/storetest"
 )
@@ -396,5 +399,122 @@ func TestSpoolWholeSumStale(t *testing.T) {
 	want := blockstore.Sum(append(append([]byte{}, a[:C]...), other...))
 	if ch := sp2.changes(); !ch.BlobSummed || ch.BlobSum != want {
 		t.Fatalf("after a cut and a rewrite: whole sum given %v, %s; want %s", ch.BlobSummed, ch.BlobSum.Short(), want.Short())
+	}
+}
+
+// TestSpoolPieces: a new snapshot's spool, written in order from 0 in
+// pieces of any size, hashes the chunks of the store's plan as they are
+// written, and its commit hashes nothing (spool file and in memory); every
+// sum is of the bytes at its place. A rewrite of written bytes, a write
+// elsewhere, a truncation or a file that is no snapshot leave the commit
+// no sums, and it hashes the file as before.
+func TestSpoolPieces(t *testing.T) {
+	s := storetest.New(t, storetest.Options{ChunkSize: store.DefaultChunkSize})
+	C := s.ChunkSize()
+	snap := func(m snapgen.Model, tokens int) []byte {
+		path := filepath.Join(t.TempDir(), "s.mlxkv")
+		if err := m.WriteFile(path, snapgen.Tokens(tokens, uint64(tokens))); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	big, small := snap(snapgen.Llama3_8B, 300), snap(snapgen.Tiny, 200)
+	cases := []struct {
+		name   string
+		b      []byte
+		mem    bool
+		after  func(sp *spool, b []byte) []byte // before the commit: the new content
+		summed bool
+	}{
+		{"in order", big, false, nil, true},
+		{"in order, in memory", small, true, nil, true},
+		// Other bytes, in the spool and in the content it must read as.
+		{"a rewrite", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
+			copy(b[100_000:], bytes.Repeat([]byte{7}, 500))
+			sp.write(b[100_000:100_500], 100_000)
+			return b
+		}, false},
+		{"truncated and regrown", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
+			sp.truncate(int64(len(b)) - 70_000)
+			copy(b[len(b)-70_000:], bytes.Repeat([]byte{9}, 70_000))
+			sp.write(b[len(b)-70_000:], int64(len(b))-70_000)
+			return b
+		}, false},
+		// The write goes on where the writes were, past the zeros the
+		// truncation left: in order, but not all of it written so.
+		{"truncated, then written on", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
+			end := int64(len(b))
+			sp.truncate(end - 200_000)
+			clear(b[end-200_000:])
+			sp.write([]byte("more"), end)
+			return append(b, "more"...)
+		}, false},
+		{"not a snapshot", bytes.Repeat([]byte("not a snapshot "), 100_000), false, nil, false},
+	}
+	for k, c := range cases {
+		var mem *memBudget
+		if c.mem {
+			mem = newMemBudget(1<<20, 8<<20)
+		}
+		sp, err := newSpool(filepath.Join(s.Dir(), "spool"), nil, C, true, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sp.inMem() != c.mem {
+			t.Fatalf("%s: spool in memory %v", c.name, sp.inMem())
+		}
+		sp.trackPieces(s.SnapshotPieces)
+		r := rand.New(rand.NewPCG(uint64(k), 5))
+		for off := 0; off < len(c.b); {
+			n := min(len(c.b)-off, 1+r.IntN(200_000))
+			if _, err := sp.write(c.b[off:off+n], int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			off += n
+		}
+		if c.after != nil {
+			c.b = c.after(sp, c.b)
+		}
+		sp.modified()
+		ch := sp.changes()
+		var covered int64
+		for _, pc := range ch.Pieces {
+			if !pc.Summed || pc.Sum != blockstore.Sum(c.b[pc.Off:pc.Off+pc.N]) {
+				t.Fatalf("%s: piece [%d,+%d): its sum is not of its bytes", c.name, pc.Off, pc.N)
+			}
+			covered += pc.N
+		}
+		if c.summed != (covered > int64(len(c.b))/2) || !c.summed && len(ch.Pieces) > 0 {
+			t.Fatalf("%s: %d pieces summed, covering %d of %d bytes", c.name, len(ch.Pieces), covered, len(c.b))
+		}
+		fi, err := s.CreateAt(1, fmt.Sprintf("s%d.mlxkv", k), 0o644, store.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, st, err := s.CommitChanges(context.Background(), fi.Ino, ch, sp, store.CommitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.summed && st.HashedBytes != 0 || !c.summed && st.HashedBytes == 0 {
+			t.Fatalf("%s: the commit hashed %d bytes", c.name, st.HashedBytes)
+		}
+		sp.close(true)
+		f, err := s.Open(fmt.Sprintf("s%d.mlxkv", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, f.Size())
+		f.ReadAt(got, 0)
+		f.Close()
+		if !bytes.Equal(got, c.b) {
+			t.Fatalf("%s: reads back wrong", c.name)
+		}
+	}
+	if err := s.Check(context.Background(), store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
 	}
 }

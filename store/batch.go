@@ -267,7 +267,6 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 			items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, id: r.sum}}})
 			continue
 		}
-		in.stats.HashedBytes += r.n
 		if r.row {
 			items = append(items, item{r: r})
 			continue
@@ -276,8 +275,17 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 			items = append(items, item{r: region{off: r.off + off, n: min(C, r.n-off)}})
 		}
 	}
-	var next atomic.Int64
+	var next, hashed atomic.Int64
 	var faulted atomic.Bool
+	// sum is a chunk's sha256: as the writer computed it (in.known), or
+	// hashed here.
+	sum := func(off int64, b []byte) blockstore.ID {
+		if k, ok := in.known[off]; ok && k.n == int64(len(b)) {
+			return k.sum
+		}
+		hashed.Add(int64(len(b)))
+		return blockstore.Sum(b)
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
 		wg.Add(1)
@@ -293,7 +301,7 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 					if it.refs != nil {
 						continue
 					}
-					it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C)
+					it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C, sum)
 				}
 			})
 			if werr != nil {
@@ -302,6 +310,7 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 		}()
 	}
 	wg.Wait()
+	in.stats.HashedBytes += hashed.Load()
 	if faulted.Load() {
 		return errSourceChanged
 	}
@@ -387,8 +396,9 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 }
 
 // cutRegion cuts one region into chunks: first the parent's chunks for as
-// long as the bytes hash to them, then every C bytes.
-func cutRegion(r region, data []byte, C int64) []chunkRef {
+// long as the bytes hash to them, then every C bytes. sum gives the
+// sha256 of the chunk at a file offset.
+func cutRegion(r region, data []byte, C int64, sum func(off int64, b []byte) blockstore.ID) []chunkRef {
 	var out []chunkRef
 	var pos int64
 	var pending *chunkRef // a hash computed for a parent chunk that did not match
@@ -396,7 +406,7 @@ func cutRegion(r region, data []byte, C int64) []chunkRef {
 		if pos+pc.n > r.n {
 			break
 		}
-		id := blockstore.Sum(data[pos : pos+pc.n])
+		id := sum(r.off+pos, data[pos:pos+pc.n])
 		if id != pc.id {
 			pending = &chunkRef{off: r.off + pos, n: pc.n, id: id}
 			break
@@ -409,7 +419,7 @@ func cutRegion(r region, data []byte, C int64) []chunkRef {
 		if pending != nil && pending.off == r.off+pos && pending.n == n {
 			out = append(out, *pending) // the same bytes: no second hash
 		} else {
-			out = append(out, chunkRef{off: r.off + pos, n: n, id: blockstore.Sum(data[pos : pos+n])})
+			out = append(out, chunkRef{off: r.off + pos, n: n, id: sum(r.off+pos, data[pos:pos+n])})
 		}
 		pending = nil
 		pos += n

@@ -68,6 +68,20 @@ type Changes struct {
 	// whole file. Other commits ignore it.
 	BlobSum    blockstore.ID
 	BlobSummed bool
+	// Pieces, for a new snapshot written in order (nothing kept), are
+	// sums of chunks of its plan that the writer computed as it wrote
+	// them (SnapshotPieces): a whole-content commit takes the sum of a
+	// chunk at the same offset and of the same length instead of hashing
+	// it. Other commits ignore them.
+	Pieces []Piece
+}
+
+// Piece is a range of a file, [Off, Off+N), and, when Summed, the sha256
+// of its bytes.
+type Piece struct {
+	Off, N int64
+	Sum    blockstore.ID
+	Summed bool
 }
 
 // spoolSource is the source of the dirty cells' bytes: the spool file, or
@@ -117,7 +131,7 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	blob := inBlocksDir(comps) && ch.Keep == 0 && ch.BlobSummed
 	if !blob && (wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C)) {
 		if ch.Keep == 0 {
-			return s.CommitIno(ctx, ino, ch.spoolSource(), ch.Size, opts)
+			return s.commitIno(ctx, ino, ch.spoolSource(), ch.Size, opts, ch.Pieces)
 		}
 		return s.CommitIno(ctx, ino, src, ch.Size, opts)
 	}

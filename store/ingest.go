@@ -179,6 +179,16 @@ type ingest struct {
 	// journaled are the data records that carry its new bytes, by pack
 	// (inline.go).
 	journaled map[uint32]taint
+	// known are the sums of chunks that the writer computed as it wrote
+	// them, by file offset (Changes.Pieces): a chunk of the plan at that
+	// offset and of that length is not hashed again.
+	known map[int64]knownSum
+}
+
+// knownSum is the sha256 of the n bytes at a file offset.
+type knownSum struct {
+	n   int64
+	sum blockstore.ID
 }
 
 // adoptedPack is a spool file renamed into the packs directory.

@@ -468,6 +468,12 @@ func (s *Store) SetXattr(ino uint64, name string, value []byte, flags int) error
 // failure to find the name is an error (see ingest.destination). See
 // CommitOptions.Adopt.
 func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, opts CommitOptions) (*FileInfo, *PutStats, error) {
+	return s.commitIno(ctx, ino, src, size, opts, nil)
+}
+
+// commitIno is CommitIno with the sums of pieces of src that its writer
+// computed (Changes.Pieces).
+func (s *Store) commitIno(ctx context.Context, ino uint64, src io.ReaderAt, size int64, opts CommitOptions, pieces []Piece) (*FileInfo, *PutStats, error) {
 	// The path only chooses how to chunk (a .mlxkv name, a blocks
 	// directory); the commit goes to the inode's own name.
 	var comps []string
@@ -487,6 +493,14 @@ func (s *Store) CommitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		in.adopt = f
 	}
 	in.hold = opts.Hold
+	for _, p := range pieces {
+		if p.Summed {
+			if in.known == nil {
+				in.known = make(map[int64]knownSum, len(pieces))
+			}
+			in.known[p.Off] = knownSum{n: p.N, sum: p.Sum}
+		}
+	}
 	in.movePins(ino, opts)
 	fi, err := in.run(ctx)
 	in.finish(err)

@@ -1,0 +1,134 @@
+package fs
+
+import (
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/store"
+)
+
+// pieceHasher hashes a new snapshot's chunks as they are written. A
+// whole-layout snapshot is chunked by its tensor rows, not on the grid of
+// cells, so its cells' sums are of no use to its commit, which used to
+// read and hash the whole file at fsync or close (0.17 s of a 256 MiB
+// snapshot's, on two cores). An engine, and cp, write a snapshot in order
+// from its start, header first: once the header is written, the store's
+// plan (store.PiecePlan) says where the chunks will be, and each is hashed
+// on this goroutine as soon as the writes reach its end, beside them.
+//
+// The sums go to the commit (store.Changes.Pieces) only if the file was
+// written in order: each write at or past the end of the ones before
+// (inOrder), so that every byte below inOrder was written once or is a
+// hole skipped over (cp skips a sparse source's), and no byte below it
+// changed after it was hashed; no generation per range is needed. A write
+// below inOrder, a truncation below it or a failed write drops them all,
+// and the commit hashes as before; a truncation that only grows the file
+// (cp of a file that ends in a hole) changes no byte below it. Its methods
+// other than the goroutine's are called with the node's mu held.
+type pieceHasher struct {
+	plan    func(io.ReaderAt, int64) (*store.PiecePlan, error)
+	p       *store.PiecePlan
+	inOrder int64 // the end of the writes so far, in order; -1: not in order
+	q       chan store.Piece
+	done    *sync.WaitGroup // the spool's hashing
+	// summed are the pieces hashed, in file order: appended by the
+	// goroutine, read once the spool's hashing is done.
+	summed []store.Piece
+	read   func(buf []byte, off int64) bool
+	C      int64
+}
+
+// pieceQueue is how many written pieces may wait to be hashed (256 MiB
+// of 64 KiB chunks, 224 KiB of queue); one that finds the queue full, the
+// hasher behind on a loaded machine, is left to the commit.
+const pieceQueue = 4096
+
+// trackPieces makes the spool of a new snapshot hash its chunks as they
+// are written; plan makes the store's plan from the bytes written so far
+// (Store.SnapshotPieces). Called before the first write.
+func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error)) {
+	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C}
+}
+
+// wrote records a write of n bytes at off (err: it failed, in part or
+// whole), and queues the pieces it completed.
+func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
+	if h.inOrder < 0 {
+		return
+	}
+	if err != nil || off < h.inOrder {
+		h.broken()
+		return
+	}
+	h.inOrder = off + n
+	if h.p == nil {
+		p, err := h.plan(src, h.inOrder)
+		if errors.Is(err, store.ErrMorePieces) {
+			return
+		}
+		if err != nil {
+			h.broken() // not a snapshot chunked by rows
+			return
+		}
+		h.p = p
+	}
+	for {
+		off, n, ok := h.p.Next(h.inOrder)
+		if !ok {
+			return
+		}
+		if h.q == nil {
+			h.q = make(chan store.Piece, pieceQueue)
+			go h.run(h.q)
+		}
+		h.done.Add(1)
+		select {
+		case h.q <- store.Piece{Off: off, N: n}:
+		default:
+			h.done.Done() // the commit will hash it
+		}
+	}
+}
+
+// broken drops the sums: the file is no longer written only in order.
+func (h *pieceHasher) broken() { h.inOrder = -1 }
+
+// truncated records a truncation to size.
+func (h *pieceHasher) truncated(size int64) {
+	if size < h.inOrder {
+		h.broken() // bytes it hashed are cut
+	}
+}
+
+// run hashes queued pieces.
+func (h *pieceHasher) run(q <-chan store.Piece) {
+	buf := make([]byte, h.C)
+	for p := range q {
+		if int64(len(buf)) < p.N {
+			buf = make([]byte, p.N)
+		}
+		if b := buf[:p.N]; h.read(b, p.Off) {
+			p.Sum, p.Summed = blockstore.Sum(b), true
+			h.summed = append(h.summed, p)
+		}
+		h.done.Done()
+	}
+}
+
+// sums returns the pieces hashed, if the file was written in order;
+// called once the hashing is done.
+func (h *pieceHasher) sums() []store.Piece {
+	if h.inOrder < 0 {
+		return nil
+	}
+	return h.summed
+}
+
+// stop ends the goroutine, once the hashing is done.
+func (h *pieceHasher) stop() {
+	if h.q != nil {
+		close(h.q)
+	}
+}
