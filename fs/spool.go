@@ -81,6 +81,7 @@ type spool struct {
 	whole      hash.Hash
 	wholeq     chan hashJob
 	wholeCells []hashJob
+	whole0     *hashJob // the first cell, held back (queueHash)
 
 	// pieces, for a new snapshot (.mlxkv), hashes the chunks its commit
 	// will cut from its rows as they are written (see pieces.go); nil
@@ -424,16 +425,32 @@ func (sp *spool) queueHash(i int64) {
 		sp.hashing.Done() // the commit will hash it
 	}
 	if sp.whole != nil {
-		if sp.wholeq == nil {
-			sp.wholeq = make(chan hashJob, hashQueue)
-			go sp.wholeHasher(sp.wholeq)
+		// The first cell waits for the second: a blob of one cell (the
+		// engine's 64 KiB blocks) is named by that cell's sum (wholeSum),
+		// and hashing it twice cost CPU the writers need.
+		if i == 0 {
+			sp.whole0 = &j
+			return
 		}
-		sp.hashing.Add(1)
-		select {
-		case sp.wholeq <- j:
-		default:
-			sp.hashing.Done() // the commit will hash from here
+		if sp.whole0 != nil {
+			sp.queueWhole(*sp.whole0)
+			sp.whole0 = nil
 		}
+		sp.queueWhole(j)
+	}
+}
+
+// queueWhole queues cell job j to the whole hash, unless the queue is full.
+func (sp *spool) queueWhole(j hashJob) {
+	if sp.wholeq == nil {
+		sp.wholeq = make(chan hashJob, hashQueue)
+		go sp.wholeHasher(sp.wholeq)
+	}
+	sp.hashing.Add(1)
+	select {
+	case sp.wholeq <- j:
+	default:
+		sp.hashing.Done() // the commit will hash from here
 	}
 }
 
@@ -525,6 +542,15 @@ func (sp *spool) trackWhole() {
 func (sp *spool) wholeSum() (blockstore.ID, bool) {
 	if sp.whole == nil || sp.keep != 0 {
 		return blockstore.ID{}, false
+	}
+	if sp.size == sp.C {
+		sp.sumMu.Lock()
+		c := sp.cells[0]
+		one := c != nil && c.summed
+		sp.sumMu.Unlock()
+		if one { // the sum of the bytes it holds now
+			return c.sum, true
+		}
 	}
 	w := int64(len(sp.wholeCells))
 	valid := w*sp.C <= sp.size

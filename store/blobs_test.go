@@ -155,3 +155,47 @@ func TestManifestPinsDuringGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyBlobRename: a file created in a blocks directory and never
+// written (committed empty at its creation, never hashed) may take the
+// sha256 of no bytes as its name, and is then the empty blob, found from
+// another blocks directory; no other sha256 name. A file with content
+// that was not hashed as a blob still may not take the empty blob's name.
+func TestEmptyBlobRename(t *testing.T) {
+	s := storetest.New(t, storetest.Options{ChunkSize: 4096})
+	empty := sha256hex(nil)
+	for _, d := range []string{"a/blocks", "b/blocks"} {
+		if err := s.Mkdir(d, 0o700, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := s.Stat("a/blocks")
+	b, _ := s.Stat("b/blocks")
+	if _, err := s.CreateAt(a.Ino, "e.tmp", 0o600, store.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rename("a/blocks/e.tmp", "a/blocks/"+sha256hex([]byte("x"))); !errors.Is(err, store.ErrBlobMismatch) {
+		t.Fatalf("empty file renamed to another sha256: %v, want ErrBlobMismatch", err)
+	}
+	if err := s.Rename("a/blocks/e.tmp", "a/blocks/"+empty); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := s.Stat("a/blocks/" + empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.StatIno(fi.Ino); err != nil || st.Blob != empty {
+		t.Fatalf("renamed empty file: blob %q (%v), want %s", st.Blob, err, empty)
+	}
+	if afi, err := s.AdoptBlob(b.Ino, empty, nil); err != nil || afi.Size != 0 {
+		t.Fatalf("empty blob from another blocks directory: %+v, %v", afi, err)
+	}
+	// Content not hashed as a blob (written outside a blocks directory).
+	put(t, s, "a/plain", []byte("not empty"))
+	if err := s.Rename("a/plain", "a/blocks/"+empty); !errors.Is(err, store.ErrBlobMismatch) {
+		t.Fatalf("a file with content renamed to the empty blob's name: %v, want ErrBlobMismatch", err)
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -455,7 +455,7 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 		// the file being written): a blob name must match this content.
 		if dir, err := tx.Inode(parent); err != nil {
 			return err
-		} else if err := s.checkBlobName(tx, &manifest.Inode{Blob: in.blobSum, Name: name}, dir, name); err != nil {
+		} else if err := s.checkBlobName(tx, &manifest.Inode{Blob: in.blobSum, Name: name, Size: in.size}, dir, name); err != nil {
 			return err
 		}
 		var keep map[string][]byte // the attributes a new version keeps

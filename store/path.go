@@ -523,6 +523,22 @@ func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nn
 	if err := tx.Link(np, nname, ino); err != nil {
 		return nil, err
 	}
+	if src.Blob == "" && dir.Name == "blocks" && nname == emptySum && src.Size == 0 && src.Mode.IsRegular() {
+		// A file never written, named as the empty blob (checkBlobName):
+		// it is that blob, found from any blocks directory as a
+		// committed one is.
+		m, err := tx.Manifest(ino)
+		if err != nil {
+			return nil, err
+		}
+		src.Blob, src.Kind = emptySum, kindBlob
+		if err := tx.AddBlob(emptySum, ino); err != nil {
+			return nil, err
+		}
+		if err := blobStored(tx, emptySum, m); err != nil {
+			return nil, err
+		}
+	}
 	src.Parent, src.Name = np, nname
 	src.Ctime = time.Now().UnixNano()
 	if err := tx.PutInode(src); err != nil {
@@ -539,11 +555,22 @@ func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nn
 	return freed, nil
 }
 
+// emptySum is the sha256 of no bytes.
+const emptySum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
 // checkBlobName enforces that a file named by a sha256 in a blocks
 // directory has that content: a rename into such a name (the engine writes
 // blocks/<h>.tmp and renames it to blocks/<h>) fails otherwise.
 func (s *Store) checkBlobName(tx *manifest.Tx, src *manifest.Inode, dir *manifest.Inode, name string) error {
 	if src.IsDir() || dir.Name != "blocks" || !hex64.MatchString(name) {
+		return nil
+	}
+	if src.Blob == "" && src.Size == 0 && src.Mode.IsRegular() {
+		// Never written (a file created, synced and closed empty is
+		// committed at its creation, unhashed): its content is no bytes.
+		if name != emptySum {
+			return fmt.Errorf("%w: sha256 is %s", ErrBlobMismatch, emptySum)
+		}
 		return nil
 	}
 	if src.Blob == "" {
