@@ -36,6 +36,22 @@ func changeSpool(t *testing.T, s *store.Store, content []byte, cells []int64) *o
 	return f
 }
 
+// summedCells describes model as a new file written whole: every cell
+// dirty, each full one summed as the writer sums it.
+func summedCells(model []byte) ([]int64, []store.DirtyChunk) {
+	var cells []int64
+	var d []store.DirtyChunk
+	for i := int64(0); i*cc < int64(len(model)); i++ {
+		cells = append(cells, i)
+		dc := store.DirtyChunk{Index: i}
+		if (i+1)*cc <= int64(len(model)) {
+			dc.Sum, dc.Summed = blockstore.Sum(model[i*cc:(i+1)*cc]), true
+		}
+		d = append(d, dc)
+	}
+	return cells, d
+}
+
 func dirty(cells ...int64) []store.DirtyChunk {
 	var out []store.DirtyChunk
 	for _, i := range cells {
@@ -223,16 +239,7 @@ func TestCommitChangesNewFileAdopts(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := randBytes(32*cc+50, 8)
-	var cells []int64
-	var d []store.DirtyChunk
-	for i := int64(0); i*cc < int64(len(model)); i++ {
-		cells = append(cells, i)
-		dc := store.DirtyChunk{Index: i}
-		if (i+1)*cc <= int64(len(model)) {
-			dc.Sum, dc.Summed = blockstore.Sum(model[i*cc:(i+1)*cc]), true
-		}
-		d = append(d, dc)
-	}
+	cells, d := summedCells(model)
 	sp := changeSpool(t, s, model, cells)
 	_, st, err := s.CommitChanges(ctx, fi.Ino, store.Changes{Size: int64(len(model)), Dirty: d, Spool: sp},
 		nil, store.CommitOptions{Adopt: true})
@@ -365,16 +372,7 @@ func TestCommitChangesBlobSum(t *testing.T) {
 	// summedChanges describes model as a new file whose full cells were
 	// summed as written.
 	summedChanges := func(model []byte) store.Changes {
-		var cells []int64
-		var d []store.DirtyChunk
-		for i := int64(0); i*cc < int64(len(model)); i++ {
-			cells = append(cells, i)
-			dc := store.DirtyChunk{Index: i}
-			if (i+1)*cc <= int64(len(model)) {
-				dc.Sum, dc.Summed = blockstore.Sum(model[i*cc:(i+1)*cc]), true
-			}
-			d = append(d, dc)
-		}
+		cells, d := summedCells(model)
 		return store.Changes{Size: int64(len(model)), Dirty: d, Spool: changeSpool(t, s, model, cells),
 			BlobSum: blockstore.Sum(model), BlobSummed: true}
 	}
