@@ -81,16 +81,13 @@ func (s *Store) SnapshotPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 		return nil, err
 	}
 	if err := s.caps.checkHeaderLen(src); err != nil {
-		return nil, err
+		return nil, err // refused before all of it is written
 	}
 	if n < mlx.PrefixLen+int64(p.HeaderLen) {
 		return nil, ErrMorePieces
 	}
-	snap, err := mlx.Parse(src, piecePlanSize, "")
+	snap, err := s.parseSnapshot(src, piecePlanSize, "")
 	if err != nil {
-		return nil, err
-	}
-	if err := s.caps.check(snap); err != nil {
 		return nil, err
 	}
 	if snap.Blocks() {

@@ -76,6 +76,23 @@ func cutEvery(off, n int64) []region {
 	return []region{{off: off, n: n}}
 }
 
+// parseSnapshot parses the snapshot in src, of size bytes, within the
+// store's caps: a header too long for them is refused before it is
+// parsed.
+func (s *Store) parseSnapshot(src io.ReaderAt, size int64, name string) (*mlx.Snapshot, error) {
+	if err := s.caps.checkHeaderLen(src); err != nil {
+		return nil, err
+	}
+	snap, err := mlx.Parse(src, size, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.caps.check(snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
 // planFor decides how to chunk src. A .mlxkv that fails to parse is stored
 // as a plain file, with the reason noted and logged: ingest never fails
 // because of what a file contains.
@@ -86,14 +103,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 	case inBlocksDir(comps):
 		p.kind = kindBlob
 	case strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
-		err := s.caps.checkHeaderLen(src)
-		var snap *mlx.Snapshot
-		if err == nil {
-			snap, err = mlx.Parse(src, size, path.Join(comps...))
-		}
-		if err == nil {
-			err = s.caps.check(snap)
-		}
+		snap, err := s.parseSnapshot(src, size, path.Join(comps...))
 		if err != nil {
 			p.note = err.Error()
 			s.log.Info("storing snapshot as a plain file", "path", path.Join(comps...), "reason", err)
