@@ -773,6 +773,7 @@ func (f *fileNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) 
 	// Changes of the file made before (its creation, chmod, xattrs) are
 	// committed without a sync; a commit syncs them with itself, and with
 	// nothing to commit the fsync syncs them (store/journal.go).
+	defer f.fsys.Metrics.fsyncTimer().observe()
 	mark := f.fsys.s.Changes()
 	f.mu.Lock()
 	defer f.unlock()

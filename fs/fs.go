@@ -22,6 +22,11 @@ type Options struct {
 	DebugFUSE  bool // log every FUSE request
 	// Timeout is the kernel's entry and attribute timeout.
 	Timeout time.Duration
+	// Metrics, if set, is where the filesystem counts its work: the
+	// daemon makes it before it opens the store, so that the store's
+	// journal reports its syncs there too (Metrics.JournalSynced). Nil:
+	// Mount makes its own.
+	Metrics *Metrics
 	// ExpireEvery is how often blobs past their grace period are
 	// released; 0 means a minute.
 	ExpireEvery time.Duration
@@ -138,7 +143,10 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 		opts.Timeout = time.Hour
 	}
 	fsys := &FS{s: s, log: opts.Logger, spool: filepath.Join(s.Dir(), "spool"),
-		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: NewMetrics(), noWriteHash: opts.NoWriteHash,
+		fds: fdlimit.NewReporter(opts.Logger, "filesystem"), Metrics: opts.Metrics, noWriteHash: opts.NoWriteHash,
+	}
+	if fsys.Metrics == nil {
+		fsys.Metrics = NewMetrics()
 	}
 	if !opts.NoMemSpool {
 		fsys.memSpools = newMemBudget(memSpoolMax, memSpoolTotal)

@@ -46,6 +46,8 @@ type Metrics struct {
 	errnos map[syscall.Errno]prometheus.Counter
 
 	commitLatency prometheus.Histogram
+	fsyncLatency  prometheus.Histogram
+	journalSync   prometheus.Histogram
 	readLatency   prometheus.Histogram
 	lookupLatency prometheus.Histogram
 }
@@ -106,6 +108,10 @@ func NewMetrics() *Metrics {
 		errnos: map[syscall.Errno]prometheus.Counter{},
 		commitLatency: h("kvfs_commit_duration_seconds",
 			"Latency of committing a written file at fsync or close: chunking, storing new chunks and the synced index update."),
+		fsyncLatency: h("kvfs_fsync_duration_seconds",
+			"Latency of fsync(2) of a file through the mount: its commit, if it had unstored writes, and the journal sync that makes it and the changes before it durable."),
+		journalSync: h("kvfs_journal_sync_duration_seconds",
+			"Latency of the journal's group commits: the write of the records gathered and the fdatasync that makes them durable, shared by every commit waiting."),
 		readLatency: h("kvfs_read_duration_seconds",
 			"Latency of FUSE read requests, until the reply's bytes are read (for a spliced reply, until it is sent)."),
 		lookupLatency: h("kvfs_lookup_duration_seconds", "Latency of FUSE lookups of a name in a directory."),
@@ -120,7 +126,8 @@ func NewMetrics() *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReadRequests, m.ReadBytes, m.SplicedReads, m.WriteBytes, m.Commits,
 		m.CommitBytes, m.CommitSeconds, m.NewBytes, m.DedupBytes, m.ZeroBytes, m.AdoptedSpools, m.HashedBytes,
-		m.ViewHits, m.ViewMisses, m.ViewParses, m.ListingBatches, m.ListingReads, m.errors, m.commitLatency, m.readLatency, m.lookupLatency}
+		m.ViewHits, m.ViewMisses, m.ViewParses, m.ListingBatches, m.ListingReads, m.errors, m.commitLatency, m.fsyncLatency,
+		m.journalSync, m.readLatency, m.lookupLatency}
 }
 
 // Describe implements prometheus.Collector.
@@ -172,6 +179,13 @@ func (t timer) observe() { t.h.Observe(time.Since(t.start).Seconds()) }
 
 // readTimer starts timing a read request.
 func (m *Metrics) readTimer() timer { return timer{m.readLatency, time.Now()} }
+
+// fsyncTimer starts timing an fsync.
+func (m *Metrics) fsyncTimer() timer { return timer{m.fsyncLatency, time.Now()} }
+
+// JournalSynced records a group commit of the store's journal that took d
+// (store.Options.OnJournalSync).
+func (m *Metrics) JournalSynced(d time.Duration) { m.journalSync.Observe(d.Seconds()) }
 
 // lookupTimer starts timing a lookup.
 func (m *Metrics) lookupTimer() timer { return timer{m.lookupLatency, time.Now()} }

@@ -41,6 +41,9 @@ func TestMetricsCollector(t *testing.T) {
 	lookupLike(m)
 	lookupLike(m)
 	m.readTimer().observe()
+	m.fsyncTimer().observe()
+	m.JournalSynced(300 * time.Microsecond)
+	m.JournalSynced(time.Millisecond)
 	m.countCommit(10, &store.PutStats{NewBytes: 10}, 2*time.Millisecond)
 	m.countError(syscall.Errno(200)) // not a known errno: a series of its own
 	mfs, err := reg.Gather()
@@ -59,7 +62,8 @@ func TestMetricsCollector(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]uint64{"kvfs_lookup_duration_seconds": 2, "kvfs_read_duration_seconds": 1, "kvfs_commit_duration_seconds": 1}
+	want := map[string]uint64{"kvfs_lookup_duration_seconds": 2, "kvfs_read_duration_seconds": 1, "kvfs_commit_duration_seconds": 1,
+		"kvfs_fsync_duration_seconds": 1, "kvfs_journal_sync_duration_seconds": 2}
 	for name, n := range want {
 		if counts[name] != n {
 			t.Errorf("%s counts %d, want %d", name, counts[name], n)

@@ -285,3 +285,73 @@ func TestSwitchSyncsOldSegment(t *testing.T) {
 		}
 	}
 }
+
+// TestOnSync: each group commit that makes records durable reports its
+// duration once; a Sync of records already durable, and a failed sync,
+// report nothing.
+func TestOnSync(t *testing.T) {
+	var calls atomic.Int64
+	var total atomic.Int64
+	fail := atomic.Bool{}
+	o := testOptions(nil)
+	o.OnSync = func(d time.Duration) {
+		calls.Add(1)
+		total.Add(int64(d))
+	}
+	o.SyncFile = func(f *os.File) error {
+		if fail.Load() {
+			return syscall.EIO
+		}
+		return f.Sync()
+	}
+	j := mustOpen(t, t.TempDir(), o)
+	defer j.Close()
+	base := calls.Load() // recovery at open syncs without a group commit
+	seq, err := j.Append(payloadFor(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(seq); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load() - base; n != 1 || total.Load() <= 0 {
+		t.Fatalf("one group commit reported %d times, %v in all", n, time.Duration(total.Load()))
+	}
+	if err := j.Sync(seq); err != nil { // durable already
+		t.Fatal(err)
+	}
+	if n := calls.Load() - base; n != 1 {
+		t.Fatalf("a sync of durable records reported: %d calls", n)
+	}
+	// Concurrent committers share group commits: fewer reports than
+	// syncs, at least one.
+	var wg sync.WaitGroup
+	before := calls.Load()
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := j.Append(payloadFor(10 + i))
+			if err == nil {
+				err = j.Sync(s)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := calls.Load() - before; n < 1 || n > 8 {
+		t.Fatalf("8 concurrent syncs reported %d group commits", n)
+	}
+	fail.Store(true)
+	before = calls.Load()
+	if s, err := j.Append(payloadFor(99)); err != nil {
+		t.Fatal(err)
+	} else if err := j.Sync(s); err == nil {
+		t.Fatal("sync succeeded with a failing fdatasync")
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Fatalf("a failed sync reported %d times", n)
+	}
+}

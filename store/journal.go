@@ -178,7 +178,7 @@ func (s *Store) openIndex(opts Options) (db *manifest.DB, created bool, err erro
 		_, err := os.Stat(closedMarker(s.dir))
 		return journal.Open(jdir, journal.Options{SegmentSize: seg, MaxPayload: journalMaxPayload(seg), WriteThrough: true, Logger: s.log,
 			NoSpace:     func(err error) bool { return s.reserve.release("new journal segment", err) },
-			ClosedClean: err == nil})
+			ClosedClean: err == nil, OnSync: opts.OnJournalSync})
 	}}
 	db, err = manifest.Open(path, false, manifest.Params{}, opts.LockTimeout, manifest.WithJournal(manifest.JournalOptions{
 		Log:              s.jlog,

@@ -80,6 +80,10 @@ type Options struct {
 	// defaults (64 Ki entries, 30 s). Tests make checkpoints frequent.
 	CheckpointEntries  int
 	CheckpointInterval time.Duration
+	// OnJournalSync, if set, is told how long each of the journal's
+	// group commits took (journal.Options.OnSync): the daemon exports it
+	// as a latency histogram.
+	OnJournalSync func(time.Duration)
 }
 
 // Store is an open store. Its methods are safe for concurrent use.

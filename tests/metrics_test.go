@@ -76,7 +76,8 @@ var oldMetricNames = []string{
 }
 
 // latencyHistograms are the latency distributions the daemon exports.
-var latencyHistograms = []string{"kvfs_commit_duration_seconds", "kvfs_read_duration_seconds", "kvfs_lookup_duration_seconds"}
+var latencyHistograms = []string{"kvfs_commit_duration_seconds", "kvfs_fsync_duration_seconds", "kvfs_journal_sync_duration_seconds",
+	"kvfs_read_duration_seconds", "kvfs_lookup_duration_seconds"}
 
 // TestMetricsExposition: a fresh mount's /metrics parses as Prometheus's
 // text format and has every old metric name with its old type, the new

@@ -360,15 +360,17 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	logFileLimit(log)
+	// Made before the store, so that the journal reports its syncs there.
+	metrics := kvfs.NewMetrics()
 	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes,
-		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery})
+		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery, OnJournalSync: metrics.JournalSynced})
 	if err != nil {
 		return fail(err)
 	}
 	defer s.Close()
 	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, KernelOptions: o.kernelOptions, NoMemSpool: o.noMemSpool, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,
 		WritebackCache: o.writeback, NoKillpriv: o.noKillpriv, Timeout: o.timeout, SimulateDarwin: o.simulateDarwin,
-		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second))})
+		ExpireEvery: min(time.Minute, max(o.blobGrace/4, time.Second)), Metrics: metrics})
 	if err != nil {
 		return fail(err)
 	}
