@@ -108,6 +108,9 @@ var clients = map[string]func(args []string) error{
 	// go-fuse and kvfs's mount options, the FUSE ceiling of the machine;
 	// print "ready", unmount on SIGTERM.
 	"memfs": serveMemFS,
+	// loopbackfs DIR MNT: go-fuse's loopback file system of DIR at MNT,
+	// with kvfs's mount options; print "ready", unmount on SIGTERM.
+	"loopbackfs": serveLoopbackFS,
 	// mmapcmp MOUNTED LOCAL: map both files and compare every byte.
 	"mmapcmp": func(args []string) error {
 		a, err := mapFile(args[0])

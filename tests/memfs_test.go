@@ -37,10 +37,17 @@ func serveMemFS(args []string) error {
 	if err != nil {
 		return err
 	}
+	return serveUntilSignal(srv, args[1])
+}
+
+// serveUntilSignal waits for srv to be mounted at mnt, sets the mount's
+// readahead to kvfs's, prints "ready" and serves until SIGTERM or SIGINT
+// unmounts it.
+func serveUntilSignal(srv *fuse.Server, mnt string) error {
 	if err := srv.WaitMount(); err != nil {
 		return err
 	}
-	setReadaheadKB(args[1], 1024)
+	setReadaheadKB(mnt, 1024)
 	fmt.Println("ready")
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
