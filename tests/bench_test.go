@@ -106,14 +106,7 @@ func BenchmarkMount(b *testing.B) {
 		memMnt := filepath.Join(dir, "memfs")
 		os.Mkdir(memMnt, 0o755)
 		ceiling := best(3, func() float64 {
-			mem := client("memfs", snap, memMnt)
-			out, _ := mem.StdoutPipe()
-			if err := mem.Start(); err != nil {
-				b.Fatal(err)
-			}
-			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-				b.Fatalf("memfs: %q", line)
-			}
+			mem := startServingClient(b, "memfs", snap, memMnt)
 			defer func() { mem.Process.Signal(syscall.SIGTERM); mem.Wait() }()
 			return readSeq(b, filepath.Join(memMnt, "file"))
 		})

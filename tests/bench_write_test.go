@@ -78,20 +78,7 @@ func newBenchMount(b *testing.B) *mount {
 			b.Fatal(err)
 		}
 	}
-	lo := client("loopbackfs", backing, m.mnt)
-	out, err := lo.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	lo.Stderr = os.Stderr
-	if err := lo.Start(); err != nil {
-		b.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-		lo.Process.Kill()
-		lo.Wait()
-		b.Fatalf("loopbackfs: %q", line)
-	}
+	lo := startServingClient(b, "loopbackfs", backing, m.mnt)
 	b.Cleanup(func() {
 		lo.Process.Signal(syscall.SIGTERM)
 		if err := lo.Wait(); err != nil {

@@ -237,6 +237,28 @@ func startClient(t testing.TB, name string, args ...string) (*exec.Cmd, *bytes.B
 	return c, out
 }
 
+// startServingClient starts client name with args and waits for its
+// "ready" line (a file system it serves is mounted); the caller stops it
+// with SIGTERM.
+func startServingClient(t testing.TB, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	c := client(name, args...)
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stderr = os.Stderr
+	if err := c.Start(); err != nil {
+		t.Fatalf("start client %s: %v", name, err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		c.Process.Kill()
+		c.Wait()
+		t.Fatalf("client %s: %q", name, line)
+	}
+	return c
+}
+
 func countClientArgs() int {
 	var n int
 	fmt.Sscan(os.Getenv("KVFS_TEST_CLIENT_ARGS"), &n)

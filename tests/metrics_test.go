@@ -139,24 +139,34 @@ func TestMetricsExposition(t *testing.T) {
 // text parser, which rejects what Prometheus would.
 func scrape(t testing.TB, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
+	mfs, body, err := fetchMetrics(addr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	return mfs
+}
+
+// fetchMetrics is scrape without a testing.T, for goroutines: the parsed
+// families, the raw exposition, and what is wrong with it.
+func fetchMetrics(addr string) (map[string]*dto.MetricFamily, []byte, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s %v\n%s", resp.Status, err, b)
+		return nil, b, fmt.Errorf("GET /metrics: %s %v", resp.Status, err)
 	}
 	if ct := resp.Header.Get("Content-Type"); expfmt.ResponseFormat(resp.Header).FormatType() != expfmt.TypeTextPlain {
-		t.Fatalf("GET /metrics: Content-Type %q is not Prometheus's text format", ct)
+		return nil, b, fmt.Errorf("GET /metrics: Content-Type %q is not Prometheus's text format", ct)
 	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		t.Fatalf("parse /metrics: %v\n%s", err, b)
+		return nil, b, fmt.Errorf("parse /metrics: %w", err)
 	}
-	return mfs
+	return mfs, b, nil
 }
 
 // histogram is the unlabelled histogram name in mfs.

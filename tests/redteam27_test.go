@@ -7,10 +7,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +23,6 @@ import (
 
 	"github.com/kvfs/kvfs/journal"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,7 +129,7 @@ func init() {
 				return err
 			}
 			if !bytes.Equal(got, want) {
-				return fmt.Errorf("%s reads back %d bytes, not the %d written (first difference at %d)", e.Name(), len(got), len(want), firstDiff(got, want))
+				return fmt.Errorf("%s reads back %d bytes, not the %d written (first difference at %d)", e.Name(), len(got), len(want), firstDiffB(got, want))
 			}
 		}
 		fmt.Printf("VERIFIED %d\n", len(ents))
@@ -196,34 +192,6 @@ func init() {
 		wg.Wait()
 		return nil
 	}
-}
-
-func firstDiff(a, b []byte) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
-}
-
-// rt27Scrape is scrape without testing.T: it returns what is wrong.
-func rt27Scrape(addr string) (map[string]*dto.MetricFamily, []byte, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, b, fmt.Errorf("GET /metrics: %s %v", resp.Status, err)
-	}
-	if expfmt.ResponseFormat(resp.Header).FormatType() != expfmt.TypeTextPlain {
-		return nil, b, fmt.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
-	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	return mfs, b, err
 }
 
 // rt27Hist checks one scraped histogram: a single unlabelled series,
@@ -293,7 +261,7 @@ func rt27Scraper(addr string, stop <-chan struct{}, errs chan<- error) int {
 			return n
 		default:
 		}
-		mfs, body, err := rt27Scrape(addr)
+		mfs, body, err := fetchMetrics(addr)
 		if err != nil {
 			errs <- fmt.Errorf("scrape %d: %v\n%.2000s", n, err, body)
 			return n
@@ -367,7 +335,7 @@ func TestRT27FsyncStormScrape(t *testing.T) {
 	addr := freeAddr(t)
 	m := newMount(t, "--metrics", addr, "--checkpoint-interval", "20ms")
 	exp := t.TempDir()
-	before, _, err := rt27Scrape(addr)
+	before, _, err := fetchMetrics(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +368,7 @@ func TestRT27FsyncStormScrape(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	after, _, err := rt27Scrape(addr)
+	after, _, err := fetchMetrics(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +451,7 @@ func TestRT27SigtermDuringStorm(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", e.Name(), err)
 		} else if !bytes.Equal(got, want) {
-			t.Errorf("%s holds %d bytes, not the %d written (first difference at %d)", e.Name(), len(got), len(want), firstDiff(got, want))
+			t.Errorf("%s holds %d bytes, not the %d written (first difference at %d)", e.Name(), len(got), len(want), firstDiffB(got, want))
 		}
 	}
 	log, _ := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
@@ -595,12 +563,12 @@ func TestRT27KillRemount(t *testing.T) {
 		t.Fatal("no fsync returned before the kills")
 	}
 	runClientOK(t, "rt27verify", m.mnt, exp)
-	before, _, err := rt27Scrape(addr)
+	before, _, err := fetchMetrics(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runClientOK(t, "metricswork", m.mnt, "5")
-	after, _, err := rt27Scrape(addr)
+	after, _, err := fetchMetrics(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
