@@ -113,6 +113,7 @@ func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	}
 	fillAttr(fi, &out.Attr)
 	f.writtenAttr(&out.Attr)
+	f.blobAttr(fi, out)
 	return 0
 }
 

@@ -21,6 +21,9 @@ import (
 //     pinned blob's name removes the name only;
 //   - a blob that nothing pins stays for a grace period after its last name
 //     goes, and a manifest committed meanwhile pins it again;
+//   - a blob that a client saw exist stays for a grace period after that
+//     sighting, its name too (seen.go): the engine skips a block that
+//     exists and commits the manifest that lists it last;
 //   - looking up blocks/<sha256> in any blocks directory finds any blob the
 //     store holds, and gives it a name there, if the caller may create
 //     there and read one of the blob's files (AdoptBlob).
@@ -139,6 +142,12 @@ func (s *Store) retire(tx *manifest.Tx, hash string, now time.Time) ([]blockstor
 	}
 	if now.UnixNano() < r.Grace {
 		return nil, nil
+	}
+	if until := s.seenUntil(hash); now.UnixNano() < until {
+		// A client saw it exist lately (seen.go): the grace counts
+		// from that sighting.
+		r.Grace = until
+		return nil, tx.PutBlobRecord(hash, r)
 	}
 	m, err := tx.BlobContent(hash)
 	if err != nil {

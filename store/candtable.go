@@ -63,7 +63,7 @@ type candTable struct {
 // engine block (both change without a commit, so a pass checks them).
 type candEntry struct {
 	ino     uint64
-	blob    bool
+	blob    string // the blob's sha256, for an engine block
 	ctime   int64
 	lastUse int64
 	uses    uint64
@@ -180,7 +180,7 @@ func candEntryOf(tx *manifest.Tx, n *manifest.Inode, chunk func(blockstore.ID) (
 	if err != nil {
 		return nil, 0, nil // no content yet
 	}
-	e := &candEntry{ino: n.Ino, blob: n.Blob != "", ctime: n.Ctime, lastUse: max(n.LastUse, n.AccessTime()),
+	e := &candEntry{ino: n.Ino, blob: n.Blob, ctime: n.Ctime, lastUse: max(n.LastUse, n.AccessTime()),
 		uses: n.Uses, base: math.Float64frombits(n.UseAge), cost: 1}
 	e.chunks = m.Chunks()
 	for _, id := range e.chunks {
@@ -381,11 +381,12 @@ func (s *Store) chooseFromTable(choose func(TableChoice, *manifest.Tx) error) er
 			pending[ino] = *u
 		}
 		s.retain.mu.Unlock()
-		young := time.Now().Add(-s.blobGrace).UnixNano()
+		now := time.Now()
+		young := now.Add(-s.blobGrace).UnixNano()
 		cands := t.buf[:0]
 		for i := range t.ents {
 			e := &t.ents[i]
-			if open[e.ino] || (e.blob && e.ctime > young) {
+			if open[e.ino] || (e.blob != "" && (e.ctime > young || s.seenNow(e.blob, now.UnixNano()))) {
 				continue
 			}
 			c := Candidate{Ino: e.ino, LastUse: e.lastUse, Uses: e.uses, Base: e.base, Cost: e.cost, Bytes: e.bytes}

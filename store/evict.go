@@ -16,8 +16,10 @@ import (
 // FUSE file open until munmap, so it is in Store.open), a file pinned by
 // the user (PinXattr), an engine block that a committed format-5 manifest
 // lists (blobs.go: the manifest is evicted, its blocks follow once no
-// manifest lists them), and a block younger than the blob grace period
-// (the engine writes a snapshot's blocks before its manifest).
+// manifest lists them), a block younger than the blob grace period
+// (the engine writes a snapshot's blocks before its manifest), and a block
+// that a client saw exist within the grace period (seen.go: the engine
+// skips a block that exists and lists it in the manifest it commits last).
 
 // PinXattr is the attribute that pins a file: `kvfs pin`, or setxattr
 // through the mount. It is stored with the file's other attributes, so a
@@ -138,13 +140,14 @@ func (s *Store) candidates(tx *manifest.Tx) ([]Candidate, int64, error) {
 		return nil, 0, err
 	}
 	tokens := tokenCounts(tx)
-	young := time.Now().Add(-s.blobGrace).UnixNano()
+	now := time.Now()
+	young := now.Add(-s.blobGrace).UnixNano()
 	var cands []Candidate
 	err = tx.ForEachInode(func(n *manifest.Inode) error {
 		if open[n.Ino] || pinned[n.Ino] {
 			return nil
 		}
-		if n.Blob != "" && n.Ctime > young {
+		if n.Blob != "" && (n.Ctime > young || s.seenNow(n.Blob, now.UnixNano())) {
 			return nil // its manifest may be on its way
 		}
 		e, exact, err := candEntryOf(tx, n, chunksIn(chunks), tokens)
@@ -294,6 +297,11 @@ func (s *Store) evictTx(tx *manifest.Tx, ino uint64) (string, []blockstore.Loc, 
 	}
 	if n.Blob != "" {
 		if r, err := tx.BlobRecord(n.Blob); err == nil && r.Pins > 0 {
+			return "", nil, false, nil
+		}
+		// A client saw it exist since it was chosen: an engine that
+		// skipped writing it commits a manifest that lists it (seen.go).
+		if s.seenNow(n.Blob, time.Now().UnixNano()) {
 			return "", nil, false, nil
 		}
 	}

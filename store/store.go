@@ -100,7 +100,9 @@ type Store struct {
 	verify    bool
 	packBytes int64
 	blobGrace time.Duration
-	reserve   *reserve
+	// seen keeps blobs that clients saw exist (seen.go).
+	seen    sightings
+	reserve *reserve
 	// owner owns the root and what is created without a calling user
 	// (owner.go).
 	owner Owner
@@ -246,6 +248,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, log: opts.Logger, verify: opts.Verify,
 		packBytes: opts.PackBytes, blobGrace: opts.BlobGrace, reserve: rsv, caps: snapshotCaps{tokens: opts.MaxSnapshotTokens, blockRefs: opts.MaxSnapshotBlockRefs}, open: map[uint64]int{}, held: map[uint32]bool{},
 		appending: appendPacks{byPack: map[uint32]*sharedPack{}}, adoptMin: opts.AdoptMinBytes, appendPacks: maxAppendPacks}
+	s.seeAll(time.Now())
 	db, _, err := s.openIndex(opts)
 	if errors.Is(err, syscall.ENOSPC) && rsv.release("open index", err) {
 		db, _, err = s.openIndex(opts)
