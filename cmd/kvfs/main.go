@@ -85,8 +85,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-V") {
 		args = []string{"version"}
 	}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		if len(args) > 1 {
+	if len(args) == 0 || isHelp(args[0]) {
+		// "kvfs help help" and "kvfs --help -h" are this help too, not
+		// a command's.
+		if len(args) > 1 && !isHelp(args[1]) {
 			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 		}
 		printUsage(stdout)
@@ -133,6 +135,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "kvfs: unknown command %q\nRun 'kvfs help' for the list of commands.\n", args[0])
 	return exitUsage
 }
+
+// isHelp reports whether arg asks for kvfs's own help.
+func isHelp(arg string) bool { return arg == "help" || arg == "-h" || arg == "--help" }
 
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "kvfs stores LLM KV-cache snapshots once, deduplicated, behind a filesystem.\n\n")

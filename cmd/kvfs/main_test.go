@@ -131,6 +131,17 @@ func TestHelpOnStdout(t *testing.T) {
 	}
 }
 
+// TestHelpOfHelp: asking help for help is kvfs's own help, not a
+// recursion (it once ran until the stack overflowed).
+func TestHelpOfHelp(t *testing.T) {
+	for _, args := range [][]string{{"help", "help"}, {"help", "-h"}, {"help", "--help"}, {"-h", "help"}, {"--help", "--help"}} {
+		code, out, errOut := runCmd(args...)
+		if code != exitOK || !strings.Contains(out, "Commands:") || errOut != "" {
+			t.Errorf("kvfs %v: exit %d\nstdout: %q\nstderr: %q", args, code, out, errOut)
+		}
+	}
+}
+
 // TestBinary runs the built command as a separate process, as users do, to
 // check that main turns errors into exit codes.
 func TestBinary(t *testing.T) {
