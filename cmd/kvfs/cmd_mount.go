@@ -23,6 +23,12 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
+// isLocalStore reports whether dir holds a local store (its index).
+func isLocalStore(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "kvfs.db"))
+	return err == nil
+}
+
 type mountOptions struct {
 	// pool: with --pool (or $KVFS_POOL), the mount serves a shared pool
 	// (poolmount.go), and STORE holds this host's cache and spool.
@@ -74,7 +80,7 @@ type mountOptions struct {
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
-	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.")
+	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.\nA STORE that is a local store (kvfs init) is mounted as one whatever\n$KVFS_POOL says; --pool with a local store is refused.")
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
 	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md); ro, noexec, nosuid, nodev (as for any filesystem); fstab's and systemd's own (nofail, _netdev, x-systemd.*, ...) are accepted and ignored; macOS: volname=NAME (default: the mount point's name) and noappledouble are set by default, macFUSE's allow_root, nobrowse, local, auto_cache, iconpath= are passed on, noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr, daemon_timeout are refused, others are passed on with a warning (docs/MACOS.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
@@ -182,6 +188,16 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return fmt.Errorf("mount: create the default mount point: %w", err)
 		}
+	}
+	if o.pool.pool != "" && isLocalStore(storeDir) {
+		// An explicit STORE wins over $KVFS_POOL; against --pool it is
+		// a conflict, never a pool mount that hides the local files and
+		// writes its cache into the store.
+		if fs.Changed("pool") {
+			return usagef("%s is a local store (kvfs init), not a pool's directory: drop --pool to mount it, or give the pool a directory of its own", storeDir)
+		}
+		fmt.Fprintf(stderr, "kvfs mount: %s is a local store: mounting it, not the pool $KVFS_POOL names (%s)\n", storeDir, o.pool.pool)
+		o.pool = poolFlags{}
 	}
 	if o.pool.pool != "" {
 		return mountPool(ctx, storeDir, mnt, o, allowOther, level, stdout, stderr)
