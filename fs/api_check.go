@@ -39,6 +39,8 @@ var (
 
 	_ gofs.FileReader    = (*reader)(nil)
 	_ gofs.FileReleaser  = (*reader)(nil)
+	_ gofs.FileReader    = (*fixedView)(nil)
+	_ gofs.FileReleaser  = (*fixedView)(nil)
 	_ gofs.FileWriter    = (*writer)(nil)
 	_ gofs.FileReader    = (*writer)(nil)
 	_ gofs.FileFlusher   = (*writer)(nil)

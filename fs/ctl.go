@@ -476,9 +476,16 @@ func (w *wholeFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileIn
 func (w *wholeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	// An open view (fstat) is the version it holds, even once the
 	// original's name leads elsewhere, as an open file on a disk (and as
-	// prefix views, where a red team saw ESTALE).
-	if r, ok := fh.(*wholeReader); ok {
+	// prefix views, where a red team saw ESTALE). The kernel asks for
+	// attributes during reads too (the timeout is a nanosecond), so a
+	// handle's reads depend on this as much as its fstat does.
+	switch r := fh.(type) {
+	case *wholeReader:
 		w.attr(r.v, r.fi, &out.Attr)
+		out.SetTimeout(entryTimeout)
+		return 0
+	case *fixedView:
+		w.attr(nil, r.fi, &out.Attr)
 		out.SetTimeout(entryTimeout)
 		return 0
 	}
@@ -544,7 +551,7 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 		// macFUSE (which keeps them whatever the open answers)
 		// included: a view node is one version of its file (its
 		// inode number is the version's), and versions never change.
-		return fixedReader(w.fsys, f), fuse.FOPEN_KEEP_CACHE, 0
+		return &fixedView{reader: fixedReader(w.fsys, f), fi: fi}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	up, _ := placeOf(&w.Inode)
 	if up == nil {
@@ -562,6 +569,18 @@ func (w *wholeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, ui
 	// Kept pages, as above: one version, resolved from content-addressed
 	// blocks, which never change either.
 	return &wholeReader{v: v, fi: fi, path: fi.Path, held: held, src: &blockSource{fsys: w.fsys, dir: up.ino, cred: cred(ctx)}}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// fixedView is an open view of a file shown as it is (a whole-layout
+// snapshot, any file not a blocks-layout one): it reads the version it
+// opened, which it holds, and fstat answers with that version's
+// attributes (Getattr), whatever its name leads to now. (Before, the
+// handle was a bare reader, and Getattr looked the name up again: once
+// the original was renamed away, renamed over or unlinked, the kernel's
+// getattr during a read failed with ESTALE.)
+type fixedView struct {
+	*reader
+	fi *store.FileInfo // the version reader holds (fi.Ino)
 }
 
 // wholeReader reads a resolved snapshot: prefix bytes, block ranges, zeros.

@@ -14,6 +14,7 @@ func TestReadHandlesDoNotFlush(t *testing.T) {
 		"reader":      &reader{},
 		"bytesHandle": bytesHandle(nil),
 		"wholeReader": &wholeReader{},
+		"fixedView":   &fixedView{},
 	} {
 		if _, ok := h.(gofs.FileFlusher); ok {
 			t.Errorf("%s has a Flush, which read-only opens skip (FOPEN_NOFLUSH, rawReplies): remove the flag or the Flush", name)
