@@ -3,8 +3,11 @@
 package tests
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -57,4 +60,38 @@ func TestOtherUserAccess(t *testing.T) {
 			t.Fatalf("client as %s: %v %q", u.name, err, out)
 		}
 	})
+}
+
+// TestControlSocketPrivate: a daemon started under a umask of 0 still
+// makes its control socket 0600 (it never exists with another mode:
+// cmd/kvfs's TestControlSocketNeverLoose), leaves no private directory in
+// the store, and another user who can reach the store directory cannot
+// connect to it.
+func TestControlSocketPrivate(t *testing.T) {
+	u := otherUser(t)
+	m := newMount(t)
+	kvfs(t, "unmount", m.mnt)
+	waitUnmounted(t, m)
+	old := syscall.Umask(0)
+	m.start(t)
+	syscall.Umask(old)
+	sock := filepath.Join(m.store, "kvfs.sock")
+	var st syscall.Stat_t
+	if err := syscall.Lstat(sock, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Mode&0o7777 != 0o600 {
+		t.Fatalf("%s: mode %o, %v; want a socket of mode 0600", sock, st.Mode, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(m.store, ".sock*")); len(left) != 0 {
+		t.Errorf("private directories left in the store: %v", left)
+	}
+	if !strings.Contains(kvfs(t, "stats", m.store), "stored") {
+		t.Error("kvfs stats through the socket said no stored size")
+	}
+	m.openToOthers(t)
+	if err := os.Chmod(m.store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := u.sh(fmt.Sprintf(`python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(%q)'`, sock))
+	if err == nil || !strings.Contains(out, "Permission denied") {
+		t.Fatalf("another user connected to the control socket: %v %q", err, out)
+	}
 }

@@ -78,12 +78,10 @@ const (
 
 func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*controlServer, error) {
 	sock := filepath.Join(s.Dir(), socketName)
-	os.Remove(sock) // left by a daemon that died; we hold the store lock
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenPrivate(sock)
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", sock, err)
 	}
-	os.Chmod(sock, 0o600)
 	c := &controlServer{s: s, notify: notify, log: log, fds: fdlimit.NewReporter(log, "control socket "+sock)}
 	c.ln = &patientListener{Listener: ln, fds: c.fds, slots: make(chan struct{}, ctlMaxConns())}
 	mux := http.NewServeMux()
@@ -134,6 +132,64 @@ func startControl(s *store.Store, notify changeNotifier, log *slog.Logger) (*con
 	go c.srv.Serve(c.ln)
 	return c, nil
 }
+
+// listenPrivate listens on the unix socket sock so that it never exists
+// there with a mode other than 0600. Binding at sock and chmodding after
+// would leave it, between the two, with the mode the umask gives (0777
+// less the umask): another user could connect then. Setting the umask
+// instead is no cure in a daemon: it is the process's, and goroutines
+// creating files meanwhile would get it too. So the socket is bound in a
+// fresh directory of its own (0700, next to sock: a rename does not cross
+// filesystems), made 0600 there, and renamed to sock, which replaces a
+// socket left by a daemon that died (the caller holds the store lock).
+// The private directory's name adds at most 7 bytes to the bound path
+// (sun_path: 108 bytes on Linux, 104 on macOS). Directories left by a
+// daemon killed between the two steps are removed first.
+func listenPrivate(sock string) (*net.UnixListener, error) {
+	parent := filepath.Dir(sock)
+	stale, _ := filepath.Glob(filepath.Join(parent, ctlPrivatePrefix+"*"))
+	for _, d := range stale {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			os.RemoveAll(d)
+		}
+	}
+	dir, err := os.MkdirTemp(parent, ctlPrivatePrefix)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o700); err != nil { // MkdirTemp's 0700 less a umask like 0200 could deny the bind
+		return nil, err
+	}
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// The listener would remove tmp when closed; it moves to sock, which
+	// controlServer.close removes.
+	ln.SetUnlinkOnClose(false)
+	if testHookBound != nil {
+		testHookBound(tmp)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, sock); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// ctlPrivatePrefix starts the names of the private directories the
+// control socket is bound in (listenPrivate).
+const ctlPrivatePrefix = ".sock"
+
+// testHookBound, when set (by tests), is called with the path the
+// control socket was bound at, right after the bind.
+var testHookBound func(path string)
 
 // close stops serving and removes the socket.
 func (c *controlServer) close() {

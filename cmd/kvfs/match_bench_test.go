@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -34,7 +35,7 @@ func BenchmarkMatchHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ctl.close()
-	c := newSocketClient(ctl.ln.Addr().String(), defaultSocketTimeouts())
+	c := newSocketClient(filepath.Join(s.Dir(), socketName), defaultSocketTimeouts())
 	defer c.Close()
 	bodies := make([][]byte, len(qs))
 	for i, q := range qs {
