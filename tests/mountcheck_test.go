@@ -4,6 +4,7 @@ package tests
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,17 +160,37 @@ func TestUnmountOnlyKvfs(t *testing.T) {
 		t.Errorf("unmount of a plain directory: %s", msg)
 	}
 
+	// A busy mount is retried for a few seconds (in-flight closes), then
+	// refused, naming the processes that hold it: one with a file of it
+	// open, one working in a directory of it.
 	m := newMount(t)
 	os.WriteFile(m.path("f"), []byte("x"), 0o644)
+	os.Mkdir(m.path("d"), 0o755)
 	holder := exec.Command("sh", "-c", "exec sleep 60 < "+m.path("f"))
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { holder.Process.Kill(); holder.Wait() }()
-	time.Sleep(200 * time.Millisecond)
+	worker := exec.Command("sleep", "60")
+	worker.Dir = m.path("d")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { worker.Process.Kill(); worker.Wait() }()
+	waitHolds(t, holder.Process.Pid, m.path("f"))
+	t0 := time.Now()
 	msg = kvfsFails(t, "unmount", m.mnt)
+	waited := time.Since(t0)
 	if !strings.Contains(msg, "busy") || !strings.Contains(msg, "kvfs unmount --lazy "+m.mnt) {
 		t.Errorf("unmount of a busy mount: %s", msg)
+	}
+	for _, w := range []string{fmt.Sprintf("PID %d (sleep)", holder.Process.Pid), m.path("f"), fmt.Sprintf("PID %d (sleep)", worker.Process.Pid), m.path("d")} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("unmount of a busy mount does not name %q: %s", w, msg)
+		}
+	}
+	if waited < 2*time.Second {
+		t.Errorf("unmount called the mount busy after %v; want it retried for a few seconds first", waited)
 	}
 	kvfs(t, "unmount", "--lazy", m.mnt)
 	if isMounted(m.mnt) {
@@ -177,5 +198,55 @@ func TestUnmountOnlyKvfs(t *testing.T) {
 	}
 	holder.Process.Kill()
 	holder.Wait()
+	worker.Process.Kill()
+	worker.Wait()
+	waitUnmounted(t, m)
+}
+
+// waitHolds waits until process pid has path open.
+func waitHolds(t testing.TB, pid int, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); l == path {
+				return
+			}
+		}
+	}
+	t.Fatalf("process %d did not open %s", pid, path)
+}
+
+// TestUnmountWaitsForClose: kvfs unmount right after a workload ends
+// succeeds. A process that closes its last file of the mount and exits
+// just before; and one that still holds a file when the unmount starts
+// and lets go of it (exits) half a second later, as a workload's last
+// close still in flight does: the unmount waits for it instead of
+// calling the mount busy.
+func TestUnmountWaitsForClose(t *testing.T) {
+	m := newMount(t)
+	if err := os.WriteFile(m.path("f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "cat "+m.path("f")+" > /dev/null && echo y > "+m.path("g"))
+	kvfs(t, "unmount", m.mnt)
+	waitUnmounted(t, m)
+
+	m.start(t)
+	late := exec.Command("sh", "-c", "exec sleep 0.5 < "+m.path("f"))
+	if err := late.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer late.Wait()
+	waitHolds(t, late.Process.Pid, m.path("f"))
+	t0 := time.Now()
+	out, err := exec.Command(kvfsBin, "unmount", m.mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("unmount while a file's last close is half a second away: %v\n%s", err, out)
+	}
+	if isMounted(m.mnt) {
+		t.Fatalf("%s still mounted", m.mnt)
+	}
+	t.Logf("unmounted after %v", time.Since(t0))
 	waitUnmounted(t, m)
 }

@@ -485,7 +485,7 @@ func logFileLimit(log *slog.Logger) {
 }
 
 func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("unmount", "MOUNTPOINT", "Unmount a kvfs mount. The daemon finishes in-flight writes and exits.")
+	fs := newFlags("unmount", "MOUNTPOINT", "Unmount a kvfs mount. The daemon finishes in-flight writes and exits.\nA busy mount (files in it open, a process working in it) is retried for\na few seconds, as files closed just before are let go of, then refused,\nnaming the processes that hold it.")
 	lazy := fs.BoolP("lazy", "l", false, "detach now even if files are open (they keep working until closed); Linux only: macOS has no lazy unmount")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -509,6 +509,12 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		unmount:  syscall.Unmount,
 		lookPath: exec.LookPath,
 		run:      func(name string, args ...string) ([]byte, error) { return exec.Command(name, args...).CombinedOutput() },
+		busyWait: busyWait,
+		sleep:    time.Sleep,
+		holders:  func(mnt string) []mountHolder { return procHolders("/proc", mnt, os.Getpid()) },
+	}
+	if isTerminal(stderr) {
+		sys.say = stderr
 	}
 	return unmountMount(runtime.GOOS, e.Point, *lazy, sys)
 }

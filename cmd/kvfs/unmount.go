@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // kvfs unmount's decisions, per platform, untagged so that both are tested
@@ -27,6 +29,65 @@ type unmountSys struct {
 	unmount  func(mnt string, flags int) error                 // unmount(2)
 	lookPath func(file string) (string, error)                 // exec.LookPath
 	run      func(name string, args ...string) ([]byte, error) // a program's combined output
+	// busyWait is how long a busy mount is retried (every busyPoll)
+	// before it is called busy; sleep sleeps between tries.
+	busyWait time.Duration
+	sleep    func(time.Duration)
+	// say, if not nil (a terminal), is told when the unmount waits.
+	say io.Writer
+	// holders lists the processes that hold the mount at mnt (nil: none
+	// known).
+	holders func(mnt string) []mountHolder
+}
+
+// A busy mount is often one whose last user has just let go: a workload
+// that ends and kvfs unmount run right after it. The kernel counts a
+// mount as busy while anything holds a reference to it, and some of those
+// outlive the process that took them for a moment. Older kernels' FUSE
+// (before "fuse: hold inode instead of path after release"; today it
+// holds the inode only) held the mount until the daemon answered the
+// RELEASE of a closed file, sent after close(2) has returned, which kvfs
+// answers once it has committed what is left to commit. On any kernel, a
+// process's mapped files are dropped by whoever drops its memory last (a
+// reader of its /proc files), an io_uring's registered files by a kernel
+// worker after the process is gone, a child's inherited descriptors when
+// the child exits, and any lookup through the mount (a stat by fuser, df
+// or a monitor) holds it while the daemon answers. So kvfs unmount
+// retries a busy mount for busyWait before calling it busy, and then
+// names the processes it finds holding it.
+const (
+	busyWait = 3 * time.Second
+	busyPoll = 100 * time.Millisecond
+)
+
+// retryBusy runs try until it is not busy or busyWait has passed, saying
+// (to sys.say) that it waits.
+func retryBusy(mnt string, sys unmountSys, try func() (busy bool, err error)) (bool, error) {
+	var waited time.Duration
+	for {
+		busy, err := try()
+		if !busy || waited >= sys.busyWait || sys.sleep == nil {
+			return busy, err
+		}
+		if waited == 0 && sys.say != nil {
+			fmt.Fprintf(sys.say, "kvfs unmount: %s is busy; waiting up to %v for its files to be closed\n", mnt, sys.busyWait)
+		}
+		sys.sleep(busyPoll)
+		waited += busyPoll
+	}
+}
+
+// busyHolders says, for a busy mount's error, how long kvfs waited (wait:
+// "" or " (after waiting 3s)") and who holds the mount at mnt after the
+// wait (who: "" if none is known).
+func busyHolders(mnt string, sys unmountSys) (wait, who string) {
+	if sys.busyWait > 0 {
+		wait = fmt.Sprintf(" (after waiting %v)", sys.busyWait)
+	}
+	if sys.holders != nil {
+		who = describeHolders(sys.holders(mnt))
+	}
+	return wait, who
 }
 
 // diskutil is macOS's disk tool, by its full path: a launchd agent's PATH
@@ -44,10 +105,18 @@ func unmountMount(goos, mnt string, lazy bool, sys unmountSys) error {
 		if lazy {
 			flags = detachFlag
 		}
-		if err := sys.unmount(mnt, flags); err != nil {
-			if errors.Is(err, syscall.EBUSY) {
-				return fmt.Errorf("unmount %s: busy: files in it are open or a process works in it (fuser -vm %s lists them); kvfs unmount --lazy %s detaches it now and lets them finish", mnt, mnt, mnt)
+		busy, err := retryBusy(mnt, sys, func() (bool, error) {
+			err := sys.unmount(mnt, flags)
+			return errors.Is(err, syscall.EBUSY), err
+		})
+		if busy {
+			wait, who := busyHolders(mnt, sys)
+			if who == "" {
+				who = fmt.Sprintf("files in it are open or a process works in it (fuser -vm %s lists them)", mnt)
 			}
+			return fmt.Errorf("unmount %s: busy%s: %s; kvfs unmount --lazy %s detaches it now and lets them finish", mnt, wait, who, mnt)
+		}
+		if err != nil {
 			return &os.PathError{Op: "unmount", Path: mnt, Err: err}
 		}
 		return nil
@@ -58,11 +127,20 @@ func unmountMount(goos, mnt string, lazy bool, sys unmountSys) error {
 	}
 	for _, bin := range []string{"fusermount3", "fusermount"} {
 		if p, err := sys.lookPath(bin); err == nil {
-			out, err := sys.run(p, args...)
+			var out []byte
+			busy, err := retryBusy(mnt, sys, func() (bool, error) {
+				var err error
+				out, err = sys.run(p, args...)
+				return err != nil && strings.Contains(string(out), "busy"), err
+			})
 			if err != nil {
 				msg := strings.TrimSpace(string(out))
-				if strings.Contains(msg, "busy") {
-					msg += "; kvfs unmount --lazy " + mnt + " detaches it now and lets open files finish"
+				if busy {
+					wait, who := busyHolders(mnt, sys)
+					if who != "" {
+						who = ": " + who
+					}
+					msg += wait + who + "; kvfs unmount --lazy " + mnt + " detaches it now and lets open files finish"
 				}
 				return fmt.Errorf("unmount %s: %s", mnt, msg)
 			}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // fakeUnmount records what kvfs unmount does and answers as scripted.
@@ -146,5 +149,141 @@ func TestDetachHints(t *testing.T) {
 	}
 	if h := deadMountDetach("darwin", "/m"); h != "diskutil unmount force /m" {
 		t.Errorf("darwin: %q", h)
+	}
+}
+
+// TestUnmountBusyWaits: on Linux a busy mount is retried every busyPoll
+// for busyWait (the wait said once, on a terminal), so that a file whose
+// last close is still in flight does not make the unmount fail; one that
+// stays busy is refused after the wait, naming who holds it.
+func TestUnmountBusyWaits(t *testing.T) {
+	holders := []mountHolder{{PID: 42, Comm: "python3", How: "has open", Path: "/m/s.mlxkv"}, {PID: 43, Comm: "sh", How: "works in", Path: "/m/d"}}
+	for _, c := range []struct {
+		name     string
+		root     bool
+		busyFor  int // tries that find the mount busy
+		tries    int
+		sleeps   int
+		err      []string
+		holders  []mountHolder
+		notHeard bool // nothing said: the wait is not on a terminal
+	}{
+		{name: "root, busy briefly", root: true, busyFor: 3, tries: 4, sleeps: 3},
+		{name: "root, busy throughout", root: true, busyFor: 1000, tries: 31, sleeps: 30, holders: holders,
+			err: []string{"busy (after waiting 3s)", "PID 42 (python3) has /m/s.mlxkv open", "PID 43 (sh) works in /m/d", "kvfs unmount --lazy /m"}},
+		{name: "root, busy, holders unknown", root: true, busyFor: 1000, tries: 31, sleeps: 30,
+			err: []string{"busy (after waiting 3s)", "fuser -vm /m", "kvfs unmount --lazy /m"}},
+		{name: "root, not busy", root: true, tries: 1, notHeard: true},
+		{name: "user, busy briefly", busyFor: 2, tries: 3, sleeps: 2},
+		{name: "user, busy throughout", busyFor: 1000, tries: 31, sleeps: 30, holders: holders,
+			err: []string{"Device or resource busy", "PID 42 (python3) has /m/s.mlxkv open", "kvfs unmount --lazy /m"}},
+	} {
+		tries, sleeps := 0, 0
+		var said strings.Builder
+		sys := unmountSys{
+			root: c.root,
+			unmount: func(string, int) error {
+				if tries++; tries <= c.busyFor {
+					return syscall.EBUSY
+				}
+				return nil
+			},
+			lookPath: func(file string) (string, error) { return "/usr/bin/" + file, nil },
+			run: func(string, ...string) ([]byte, error) {
+				if tries++; tries <= c.busyFor {
+					return []byte("fusermount3: failed to unmount /m: Device or resource busy"), errors.New("exit status 1")
+				}
+				return nil, nil
+			},
+			busyWait: busyWait,
+			sleep: func(d time.Duration) {
+				if d != busyPoll {
+					t.Errorf("%s: slept %v", c.name, d)
+				}
+				sleeps++
+			},
+			say:     &said,
+			holders: func(mnt string) []mountHolder { return c.holders },
+		}
+		err := unmountMount("linux", "/m", false, sys)
+		if tries != c.tries || sleeps != c.sleeps {
+			t.Errorf("%s: %d tries, %d sleeps; want %d, %d", c.name, tries, sleeps, c.tries, c.sleeps)
+		}
+		if heard := said.String(); c.busyFor > 0 != (strings.Count(heard, "waiting up to 3s") == 1) {
+			t.Errorf("%s: said %q", c.name, heard)
+		}
+		if len(c.err) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		for _, w := range c.err {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error lacks %q: %v", c.name, w, err)
+			}
+		}
+	}
+}
+
+// TestProcHolders: the processes holding a mount are found, in a proc
+// tree, by their working and root directories, descriptors (deleted files
+// too) and mapped files; others, kvfs unmount's own process and paths
+// that only start like the mount point are not.
+func TestProcHolders(t *testing.T) {
+	proc := t.TempDir()
+	mk := func(pid, comm string, links map[string]string, maps string) {
+		dir := filepath.Join(proc, pid)
+		if err := os.MkdirAll(filepath.Join(dir, "fd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644)
+		for name, target := range links {
+			if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	plain := map[string]string{"cwd": "/", "root": "/"}
+	with := func(m map[string]string) map[string]string {
+		out := map[string]string{"cwd": "/", "root": "/"}
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	mk("10", "reader", with(map[string]string{"fd/0": "/dev/null", "fd/3": "/m/a b/s.mlxkv"}), "")
+	mk("11", "sh", with(map[string]string{"cwd": "/m/d"}), "")
+	mk("12", "engine", plain, "7f00-7f10 r--s 00000000 00:3a 12  /usr/lib/x.so\n7f10-7f20 r--s 00000000 00:3b 99                         /m/w eights.bin\n")
+	mk("13", "gone", with(map[string]string{"fd/4": "/m/old (deleted)"}), "")
+	mk("14", "other", with(map[string]string{"fd/3": "/mnt/x", "fd/4": "/m2/y", "cwd": "/mx"}), "7f-80 r-xp 0 00:01 1 /m2/z\n")
+	mk("15", "self", with(map[string]string{"fd/3": "/m/self"}), "")
+	mk("16", "chroot", with(map[string]string{"root": "/m"}), "")
+	os.WriteFile(filepath.Join(proc, "uptime"), []byte("1 1\n"), 0o644)
+	got := procHolders(proc, "/m", 15)
+	want := []mountHolder{
+		{10, "reader", "has open", "/m/a b/s.mlxkv"},
+		{11, "sh", "works in", "/m/d"},
+		{12, "engine", "maps", "/m/w eights.bin"},
+		{13, "gone", "has open", "/m/old (deleted)"},
+		{16, "chroot", "has its root in", "/m"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("holders:\n%+v\nwant\n%+v", got, want)
+	}
+	if d := describeHolders(got[:2]); d != "PID 10 (reader) has /m/a b/s.mlxkv open; PID 11 (sh) works in /m/d" {
+		t.Errorf("described: %q", d)
+	}
+	many := make([]mountHolder, maxHoldersNamed+3)
+	for i := range many {
+		many[i] = mountHolder{PID: i, Comm: "x", How: "works in", Path: "/m"}
+	}
+	if d := describeHolders(many); !strings.HasSuffix(d, "; and 3 more") || strings.Count(d, "PID") != maxHoldersNamed {
+		t.Errorf("described: %q", d)
 	}
 }
