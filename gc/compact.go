@@ -24,6 +24,10 @@ type CompactOptions struct {
 	// LockTimeout bounds the wait for the store's lock; 0 means one
 	// second.
 	LockTimeout time.Duration
+	// Before, if set, is called with the opened store before it is
+	// compacted (kvfs gc applies the store's capacity there, with
+	// Evict, so that compaction reclaims what eviction released).
+	Before func(s *store.Store) error
 }
 
 // Compact compacts the store in dir offline: it opens the store (so a
@@ -37,7 +41,13 @@ func Compact(ctx context.Context, dir string, opts CompactOptions) (*store.Compa
 	if err != nil {
 		return nil, fmt.Errorf("gc %s: %w", dir, err)
 	}
-	res, err := s.Compact(ctx, opts.CompactOptions)
+	var res *store.CompactResult
+	if opts.Before != nil {
+		err = opts.Before(s)
+	}
+	if err == nil {
+		res, err = s.Compact(ctx, opts.CompactOptions)
+	}
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("gc %s: %w", dir, cerr)
 	}

@@ -110,7 +110,11 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
   low_water=PCT    eviction brings stored bytes down to PCT% of capacity (default 90)
   retention=lru|cost-size  which idle files go first
 Settings are kept in the store. When the store is mounted they are changed
-through the daemon, which applies them at once.`)
+through the daemon, which applies them at once. Unmounted, config only
+records them: the capacity is applied by the next kvfs put (after storing
+the file, which is never the one evicted) or kvfs gc (before compacting)
+of the unmounted store, which evict as the daemon does and say what, or
+by the next mount.`)
 	asJSON := fs.Bool("json", false, "print the settings as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err

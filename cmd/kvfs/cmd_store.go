@@ -100,7 +100,7 @@ func parseOwner(s string) (store.Owner, error) {
 }
 
 func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("put", "STORE SRC DEST", "Store the local file SRC as DEST in STORE (under SRC's name if DEST is a\ndirectory or ends in /), creating DEST's parent directories and replacing\nan existing DEST atomically. Snapshots (.mlxkv) are chunked along their\ntensor rows to share bytes with earlier snapshots.")
+	fs := newFlags("put", "STORE SRC DEST", "Store the local file SRC as DEST in STORE (under SRC's name if DEST is a\ndirectory or ends in /), creating DEST's parent directories and replacing\nan existing DEST atomically. Snapshots (.mlxkv) are chunked along their\ntensor rows to share bytes with earlier snapshots. A store with a capacity\n(kvfs config) is kept under it: by its daemon when mounted, here otherwise\n(files are evicted as the daemon would, never DEST, and put says what).")
 	quiet := fs.BoolP("quiet", "q", false, "print nothing on success")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -135,6 +135,17 @@ func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			formatBytes(st.NewBytes), formatBytes(st.ReusedBytes), formatBytes(st.ZeroBytes), time.Since(start).Round(time.Millisecond))
 		if st.Note != "" {
 			fmt.Fprintf(stdout, "  stored as a plain file: %s\n", st.Note)
+		}
+	}
+	// Unmounted, the store's capacity is applied here (a daemon applies
+	// it after each commit).
+	if l, ok := s.(localClient); ok {
+		out := stdout
+		if *quiet {
+			out = io.Discard
+		}
+		if err := evictToCapacity(l.Store, info, out, stderr); err != nil {
+			return fmt.Errorf("put %s: stored, but: %w", displayName(info.Path), err)
 		}
 	}
 	return nil

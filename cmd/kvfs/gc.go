@@ -25,7 +25,10 @@ some network filesystems) and keeps packs from becoming sparse. Files read
 the same throughout, including files open while it runs.
 
 When the store is mounted, the daemon does the work (through its control
-socket, STORE/kvfs.sock); otherwise kvfs gc opens the store itself. A mounted
+socket, STORE/kvfs.sock); otherwise kvfs gc opens the store itself, and
+first applies the store's capacity (kvfs config) as a daemon does: files
+are evicted, in the retention policy's order, until stored bytes are under
+the low-water mark, and the count and bytes evicted are printed. A mounted
 daemon also compacts in the background (kvfs mount --compact-interval).
 Prints the packs rewritten and removed, the bytes copied and the disk space
 reclaimed (allocated blocks of the pack files, before and after).
@@ -91,7 +94,13 @@ collects at a time; another that tries meanwhile is refused.`)
 	if err == errNotMounted {
 		bar := newProgress(stderr, "copy", 64<<20, 1<<62)
 		opts.Progress = bar.update
-		res, err = gc.Compact(ctx, dir, gc.CompactOptions{CompactOptions: opts})
+		gopts := gc.CompactOptions{CompactOptions: opts}
+		if !*dry {
+			// Unmounted, the store's capacity is applied here first (a
+			// daemon applies it after each commit).
+			gopts.Before = func(s *store.Store) error { return evictToCapacity(s, nil, stdout, stderr) }
+		}
+		res, err = gc.Compact(ctx, dir, gopts)
 		bar.done()
 	}
 	if err != nil {
