@@ -9,7 +9,7 @@
 // and 4) the tensors follow in the same file at 16 KiB-aligned offsets; in
 // the blocks layout (format 5) the file is only the header, and each tensor
 // is a list of content-addressed blocks in a "blocks" directory beside it.
-// FORMAT.md in the project's shared documents describes both byte by byte.
+// docs/FORMAT.md describes both byte by byte.
 //
 // The package is pure: it reads through io.ReaderAt and BlockSource and
 // writes only through Writer, so the store and the filesystem can use it on
