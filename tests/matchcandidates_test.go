@@ -41,7 +41,7 @@ func TestMatchMountAgreesWithSocket(t *testing.T) {
 	base := snapgen.Tokens(2000, 31)
 	write := func(rel string, tokens []uint32, blocks bool, edit func(*mlx.Header)) {
 		t.Helper()
-		rt12Write(t, m, rel, tokens, blocks, edit)
+		writeMatchSnap(t, m, rel, tokens, blocks, edit)
 	}
 	minOffset := func(off int64) func(*mlx.Header) {
 		return func(h *mlx.Header) {

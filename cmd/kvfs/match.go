@@ -227,7 +227,7 @@ func matchMount(mnt string, q store.MatchQuery) (*store.MatchResult, error) {
 			return r, nil
 		}
 		// Let the change that raced this walk finish: on one CPU, a
-		// renamer in a loop raced 8 walks in a row (TestRT12RenameRace
+		// renamer in a loop raced 8 walks in a row (TestMatchMountDuringRenames
 		// with GOMAXPROCS=1, 1 lookup in 26).
 		time.Sleep(time.Duration(walk) * 100 * time.Microsecond)
 	}

@@ -2,10 +2,11 @@
 
 package tests
 
-// Red team 23's regressions for the pool mount. Each test asserts what a
-// local filesystem (and the single-host mount) gives, or a refusal where
-// the pool cannot; each failed on the code the red team attacked
-// (7cba1b1).
+// The pool mount gives what a local filesystem (and the single-host mount)
+// gives, or a refusal where the pool cannot: empty files, files before
+// their first publish, O_EXCL across hosts, modes, damaged cache chunks,
+// lying manifests, renames during close. Each test failed on the code red
+// team 23 attacked (7cba1b1).
 
 import (
 	"bytes"
@@ -26,7 +27,7 @@ import (
 
 // An empty file created and closed (touch, O_EXCL lock files, markers)
 // must exist afterwards, here and on the other host (finding 1).
-func TestRedteam23EmptyFileIsPublished(t *testing.T) {
+func TestPoolMountEmptyFileIsPublished(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a")
 	b := poolMount(t, env, "b")
@@ -53,7 +54,7 @@ func TestRedteam23EmptyFileIsPublished(t *testing.T) {
 // A file being written is readable by its name on the host that writes
 // it (stat says it exists with its size), and can be renamed and removed
 // before its first publish (finding 2).
-func TestRedteam23WrittenFileBeforePublish(t *testing.T) {
+func TestPoolMountWrittenFileBeforePublish(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a")
 	p := filepath.Join(a, "new")
@@ -75,7 +76,7 @@ func TestRedteam23WrittenFileBeforePublish(t *testing.T) {
 
 // O_EXCL is exclusive across the hosts of a pool: two hosts creating the
 // same name at once cannot both succeed (finding 4).
-func TestRedteam23ExclAcrossHosts(t *testing.T) {
+func TestPoolMountExclAcrossHosts(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a")
 	b := poolMount(t, env, "b")
@@ -109,7 +110,7 @@ func TestRedteam23ExclAcrossHosts(t *testing.T) {
 
 // chmod 0600 is kept (or refused), not silently turned into 0644 that
 // lets every user of an allow_other mount read the file (finding 5).
-func TestRedteam23ModeKept(t *testing.T) {
+func TestPoolMountModeKept(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a", "-o", "allow_other")
 	p := filepath.Join(a, "secret")
@@ -129,7 +130,7 @@ func TestRedteam23ModeKept(t *testing.T) {
 // A chunk file of the host's cache damaged on disk while the daemon runs
 // is never served (finding 13): the read is EIO or the right bytes. Also
 // with --verify, which the pool mount accepts.
-func TestRedteam23DamagedCacheChunk(t *testing.T) {
+func TestPoolMountDamagedCacheChunk(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a")
 	b := poolMount(t, env, "b", "--verify")
@@ -165,7 +166,7 @@ func TestRedteam23DamagedCacheChunk(t *testing.T) {
 // A manifest that lies about where a chunk is (another host's bug, or a
 // hostile writer) must not make an honest host's later publish of that
 // chunk unreadable (finding 14).
-func TestRedteam23DedupPoisoning(t *testing.T) {
+func TestPoolMountDedupPoisoning(t *testing.T) {
 	env, svc := poolServices(t)
 	a := poolMount(t, env, "a")
 	b := poolMount(t, env, "b")
@@ -219,7 +220,7 @@ func TestRedteam23DedupPoisoning(t *testing.T) {
 // A rename of a file whose close is publishing it moves the whole file:
 // the new name must not keep the older (fsynced, partial) version while
 // the old name comes back with the whole file (finding 15).
-func TestRedteam23RenameDuringClose(t *testing.T) {
+func TestPoolMountRenameDuringClose(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a")
 	b := poolMount(t, env, "b")

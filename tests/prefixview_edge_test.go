@@ -21,14 +21,20 @@ import (
 	"github.com/kvfs/kvfs/mlx"
 )
 
-// TestRT11_ViewInPlaceRewrite: readers in two processes read a prefix
+// Prefix views (/.kvfs/prefix), the leases their lookups take and the
+// prefix index behind kvfs match, at their edges: readers racing in-place
+// and rename rewrites, views held open through eviction and the engine's
+// collect, kills of the daemon, other users' lookups, odd prompts and
+// names. Found by red team 11.
+
+// TestViewReadersInPlaceRewrite: readers in two processes read a prefix
 // view whole, over and over, while a writer rewrites the original in
 // place (cp over it: O_TRUNC, same inode), alternating two versions.
 // Every read must be one version's view whole, as for a replace by
 // rename (TestPrefixViewConcurrent); then, once the writer has stopped,
 // the view must be the current version's.
-func TestRT11_ViewInPlaceRewrite(t *testing.T) {
-	m := newMount(t, strings.Fields(os.Getenv("RT11_MOUNT_ARGS"))...)
+func TestViewReadersInPlaceRewrite(t *testing.T) {
+	m := newMount(t, strings.Fields(os.Getenv("KVFS_TEST_VIEW_MOUNT_ARGS"))...)
 	const total, n = 600, 512
 	dir := t.TempDir()
 	var srcs []string
@@ -48,12 +54,12 @@ func TestRT11_ViewInPlaceRewrite(t *testing.T) {
 	outs := make([]*strings.Builder, 2)
 	for i := range outs {
 		outs[i] = new(strings.Builder)
-		c := client("rt11readloop", append([]string{view, "3"}, refs...)...)
+		c := client("view-readloop", append([]string{view, "3"}, refs...)...)
 		// While cp rewrites the original in place, it is for a moment
 		// a file that is no snapshot (truncated, then partly written):
 		// its view does not exist, as a disk's reader of the file
 		// would read it short. Never ESTALE, never mixed bytes.
-		c.Env = append(os.Environ(), "RT11_ALLOW=no such file or directory")
+		c.Env = append(os.Environ(), "VIEW_READLOOP_ALLOW=no such file or directory")
 		c.Stdout, c.Stderr = outs[i], outs[i]
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
@@ -83,24 +89,24 @@ func TestRT11_ViewInPlaceRewrite(t *testing.T) {
 // logStale shows the daemon's log lines about stale answers.
 func logStale(t *testing.T, m *mount) {
 	b, _ := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
-	if d := os.Getenv("RT11_KEEP_LOG"); d != "" {
+	if d := os.Getenv("KVFS_TEST_KEEP_LOG"); d != "" {
 		os.WriteFile(d, b, 0o644)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if (strings.Contains(l, "stale") || strings.Contains(l, "ESTALE") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) && !strings.Contains(l, "RT11") {
+		if (strings.Contains(l, "stale") || strings.Contains(l, "ESTALE") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) && !strings.Contains(l, "ViewReaders") {
 			t.Log(l)
 		}
 	}
 }
 
-// TestRT11_LeasePinsUnreadable: a user who may not read a file, but may
+// TestViewLookupDoesNotPinUnreadable: a user who may not read a file, but may
 // search its directory, keeps it from eviction indefinitely by looking
 // up /.kvfs/prefix/<dir>/<file>@N now and then: each lookup leases the
 // version (fs/lease.go) before the permission check, and the evictor
 // passes over leased files. (Any file, not only snapshots: the lease is
 // taken before the kind is checked.) Expected: the file the user may not
 // read is evicted like the other idle files.
-func TestRT11_LeasePinsUnreadable(t *testing.T) {
+func TestViewLookupDoesNotPinUnreadable(t *testing.T) {
 	m := newMount(t, "-o", "allow_other", "--evict-interval", "100ms")
 	m.openToOthers(t)
 	u := otherUser(t)
@@ -151,12 +157,12 @@ func TestRT11_LeasePinsUnreadable(t *testing.T) {
 	t.Errorf("control: not evicted even after the lookups stopped")
 }
 
-// TestRT11_KillIndexConsistent: SIGKILL the daemon while a process writes
+// TestPrefixIndexConsistentAfterKill: SIGKILL the daemon while a process writes
 // (engine-style .tmp + rename), replaces and removes snapshots; after each
 // kill, the store's prefix index must answer exactly the snapshots that
 // are there: every present s*.mlxkv found under its own h(2), and no key
 // of a snapshot that is gone answering.
-func TestRT11_KillIndexConsistent(t *testing.T) {
+func TestPrefixIndexConsistentAfterKill(t *testing.T) {
 	m := newMount(t)
 	if err := os.Mkdir(m.path("d"), 0o755); err != nil {
 		t.Fatal(err)
@@ -167,7 +173,7 @@ func TestRT11_KillIndexConsistent(t *testing.T) {
 			m.start(t)
 		}
 		base := uint64(round+1) * seeds
-		c := client("rt11churn", m.path("d"), fmt.Sprint(base))
+		c := client("index-churn", m.path("d"), fmt.Sprint(base))
 		var out strings.Builder
 		c.Stdout, c.Stderr = &out, &out
 		if err := c.Start(); err != nil {
@@ -220,12 +226,12 @@ func TestRT11_KillIndexConsistent(t *testing.T) {
 	m.start(t)
 }
 
-// TestRT11_RawTokensStartingWithBracket: kvfs match --tokens FILE takes
+// TestMatchRawTokensStartingWithBracket: kvfs match --tokens FILE takes
 // a JSON array or raw little-endian u32; a raw file is taken for JSON when
 // its first bytes, after white space, are '[': a prompt whose first token
 // is 91 (0x5b), or 0x5b20/0x5b0a/... (white space, then '['). Expected:
 // the raw prompt's answer (a hit); observed: a JSON syntax error.
-func TestRT11_RawTokensStartingWithBracket(t *testing.T) {
+func TestMatchRawTokensStartingWithBracket(t *testing.T) {
 	m := newMount(t)
 	prompt := snapgen.Tokens(800, 1)
 	prompt[0] = 91
@@ -247,11 +253,11 @@ func TestRT11_RawTokensStartingWithBracket(t *testing.T) {
 	}
 }
 
-// TestRT11_PrefixViewBlocksHeld: as TestWholeViewHoldsSnapshot for
+// TestPrefixViewBlocksHeld: as TestWholeViewHoldsSnapshot for
 // /.kvfs/whole: a blocks-layout snapshot whose prefix view is open is not
 // evicted, nor are its blocks, however far past capacity the store is;
 // the open view reads back what it read before.
-func TestRT11_PrefixViewBlocksHeld(t *testing.T) {
+func TestPrefixViewBlocksHeld(t *testing.T) {
 	m := newMount(t, "--blob-grace", "1ms", "--evict-interval", "100ms")
 	const fx = "../mlx/testdata/mlxbun"
 	const name = "00000000-0000-4000-8000-000000000400.mlxkv"
@@ -289,12 +295,12 @@ func TestRT11_PrefixViewBlocksHeld(t *testing.T) {
 	}
 }
 
-// TestRT11_ViewAfterEngineCollect: a reader holds a view open of a
+// TestOpenViewAfterEngineCollect: a reader holds a view open of a
 // blocks-layout snapshot; the engine writes a new version over it and
 // collects the blocks no manifest lists any more (rm). The reader's next
 // reads of its open view, for /.kvfs/whole and /.kvfs/prefix alike: an
 // open file on a disk would go on reading the version it opened.
-func TestRT11_ViewAfterEngineCollect(t *testing.T) {
+func TestOpenViewAfterEngineCollect(t *testing.T) {
 	m := newMount(t)
 	if err := os.Mkdir(m.path("e"), 0o755); err != nil {
 		t.Fatal(err)
@@ -357,12 +363,12 @@ func TestRT11_ViewAfterEngineCollect(t *testing.T) {
 	}
 }
 
-// TestRT11_MatchPathNotUTF8: a snapshot whose name is not UTF-8 (a
+// TestMatchPathNotUTF8: a snapshot whose name is not UTF-8 (a
 // Latin-1 "café") is answered by kvfs match (and POST /v1/match) with a
 // path that names no file: JSON strings replace the byte with U+FFFD.
 // The /.kvfs/match link carries the bytes. Expected: a path the caller
 // can open (the control protocol carries other names as bytes: wireInfo).
-func TestRT11_MatchPathNotUTF8(t *testing.T) {
+func TestMatchPathNotUTF8(t *testing.T) {
 	m := newMount(t)
 	prompt := snapgen.Tokens(800, 1)
 	h, tensors := snapgen.Tiny.Snapshot(prompt[:600])
@@ -402,10 +408,10 @@ func TestRT11_MatchPathNotUTF8(t *testing.T) {
 	}
 }
 
-// TestRT11_ViewPread: random unaligned preads of a view of either layout
+// TestViewUnalignedPread: random unaligned preads of a view of either layout
 // (Llama-shaped, 1,500 tokens cut to 1,100), across chunk and block
 // boundaries and past the end, equal the engine's own file's bytes.
-func TestRT11_ViewPread(t *testing.T) {
+func TestViewUnalignedPread(t *testing.T) {
 	m := newMount(t)
 	const total, n = 1500, 1100
 	ref := writeRef(t, llama4, total, n, 5)
@@ -415,16 +421,16 @@ func TestRT11_ViewPread(t *testing.T) {
 		}
 		rel := "l" + layout + "/s.mlxkv"
 		runClientOK(t, "prefixwrite", "llama4", layout, m.path(rel), fmt.Sprint(total), "5")
-		runClientOK(t, "rt11pread", prefixViewPath(m, rel, n), ref, "300")
+		runClientOK(t, "view-pread", prefixViewPath(m, rel, n), ref, "300")
 	}
 }
 
-// TestRT11_LeaseThenKill: a view's lookup leases the original; it is
+// TestViewLeaseThenKill: a view's lookup leases the original; it is
 // removed within the lease and the daemon is killed (SIGKILL) before the
 // lease ends. After a restart, the orphan must be gone and its space
 // freed (the store's open releases orphans), and the index must not
 // answer it.
-func TestRT11_LeaseThenKill(t *testing.T) {
+func TestViewLeaseThenKill(t *testing.T) {
 	m := newMount(t)
 	prompt := snapgen.Tokens(800, 1)
 	h, tensors := snapgen.Tiny.Snapshot(prompt[:600])
@@ -452,12 +458,12 @@ func TestRT11_LeaseThenKill(t *testing.T) {
 	}
 }
 
-// TestRT11_LogFloodByOtherUser: every refused view name is logged at info
+// TestViewLookupLogRateLimited: every refused view name is logged at info
 // level ("no prefix view"), before the name is even looked up, with no
 // rate limit; misses are not cached by the kernel. An ordinary user can
 // grow the daemon's log without bound (stat of names that exist nowhere).
 // Logged: bytes of log per 5,000 stats.
-func TestRT11_LogFloodByOtherUser(t *testing.T) {
+func TestViewLookupLogRateLimited(t *testing.T) {
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
 	u := otherUser(t)
@@ -472,11 +478,11 @@ func TestRT11_LogFloodByOtherUser(t *testing.T) {
 	}
 }
 
-// TestRT11_ViewRenameRace: TestPrefixViewConcurrent's case (the engine's
+// TestViewReadersRenameRace: TestPrefixViewConcurrent's case (the engine's
 // .tmp + rename over the original, in a loop) with a writer in one
 // process that never pauses, and readers that go on after a failure and
 // count: no open may fail (ESTALE) and no read may be mixed.
-func TestRT11_ViewRenameRace(t *testing.T) {
+func TestViewReadersRenameRace(t *testing.T) {
 	m := newMount(t)
 	const total, n = 600, 512
 	// "original": the control, readers of the original's own name (the
@@ -511,12 +517,12 @@ func TestRT11_ViewRenameRace(t *testing.T) {
 			outs := make([]*strings.Builder, 2)
 			for i := range outs {
 				outs[i] = new(strings.Builder)
-				c := client("rt11readloop", append([]string{target, "4"}, refs...)...)
+				c := client("view-readloop", append([]string{target, "4"}, refs...)...)
 				if layout == "original" {
 					// The known gap of docs/READPATH.md: a file's own
 					// name replaced twice between the kernel's lookup
 					// and open, on one thread, answers ESTALE.
-					c.Env = append(os.Environ(), "RT11_ALLOW=stale file handle")
+					c.Env = append(os.Environ(), "VIEW_READLOOP_ALLOW=stale file handle")
 				}
 				c.Stdout, c.Stderr = outs[i], outs[i]
 				if err := c.Start(); err != nil {
@@ -524,7 +530,7 @@ func TestRT11_ViewRenameRace(t *testing.T) {
 				}
 				readers = append(readers, c)
 			}
-			w := runClientOK(t, "rt11rewrite", wl, m.path(rel), "4")
+			w := runClientOK(t, "view-rewrite", wl, m.path(rel), "4")
 			for i, c := range readers {
 				if err := c.Wait(); err != nil {
 					t.Errorf("reader %d: %v\n%s", i, err, outs[i])
@@ -536,14 +542,14 @@ func TestRT11_ViewRenameRace(t *testing.T) {
 	}
 }
 
-// TestRT11_RenamedIntoPlaceNotIndexed (fixed: fs/reclassify.go): a snapshot copied into the mount
+// TestRenamedIntoPlaceIsIndexed (fixed: fs/reclassify.go): a snapshot copied into the mount
 // under a temporary name other than .mlxkv.tmp and then renamed to its
 // .mlxkv name (cp then mv; rsync's .name.XXXXXX; any "write then rename"
 // tool but the engine) is a snapshot by name and content, yet it is never
 // found by chain key, and its prefix view does not exist: it was
 // classified when committed under the temporary name, and the rename
 // changes nothing. Expected: found and viewable like one written as .mlxkv.
-func TestRT11_RenamedIntoPlaceNotIndexed(t *testing.T) {
+func TestRenamedIntoPlaceIsIndexed(t *testing.T) {
 	m := newMount(t)
 	const total, n = 600, 512
 	tokens := snapgen.Tokens(total, 1)

@@ -2,15 +2,16 @@
 
 package tests
 
-// Red team 26: attacks on the hashing of a new snapshot's chunks while it
-// is written (fs/pieces.go, store/pieceplan.go, store/batch.go sum). A
-// piece's sum is taken by the commit for the chunk at the same offset and
-// of the same length: any way to change a piece's bytes after it was
-// hashed without dropping the sums, or a sum used for a chunk of another
-// length, stores a chunk under an ID that is not its sha256. Every test
-// checks the bytes through a fresh process (sha256sum), kvfs inspect
-// --verify where the result is a snapshot, again after a remount, and the
-// store checker with Verify (rehashes every chunk) at cleanup.
+// Chunk sums taken while a snapshot is written: attacks (red team 26's)
+// on the hashing of a new snapshot's chunks while it is written
+// (fs/pieces.go, store/pieceplan.go, store/batch.go sum). A piece's sum
+// is taken by the commit for the chunk at the same offset and of the same
+// length: any way to change a piece's bytes after it was hashed without
+// dropping the sums, or a sum used for a chunk of another length, stores a
+// chunk under an ID that is not its sha256. Every test checks the bytes
+// through a fresh process (sha256sum), kvfs inspect --verify where the
+// result is a snapshot, again after a remount, and the store checker with
+// Verify (rehashes every chunk) at cleanup.
 
 import (
 	"bytes"
@@ -34,9 +35,9 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
-// rt26Snap generates a snapshot of model over tokens and returns its bytes
+// chunkSumSnap generates a snapshot of model over tokens and returns its bytes
 // and the end of its header.
-func rt26Snap(t *testing.T, model snapgen.Model, tokens []uint32) ([]byte, int) {
+func chunkSumSnap(t *testing.T, model snapgen.Model, tokens []uint32) ([]byte, int) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "s.mlxkv")
 	if err := model.WriteFile(p, tokens); err != nil {
@@ -53,24 +54,24 @@ func rt26Snap(t *testing.T, model snapgen.Model, tokens []uint32) ([]byte, int) 
 	return b, mlx.PrefixLen + int(pfx.HeaderLen)
 }
 
-// rt26Files are the files a test expects on the mount: path to content,
+// chunkSumFiles are the files a test expects on the mount: path to content,
 // and whether the content is a snapshot that inspect --verify accepts.
-type rt26Files struct {
+type chunkSumFiles struct {
 	want map[string][]byte
 	snap map[string]bool
 }
 
-func newRT26Files() *rt26Files {
-	return &rt26Files{want: map[string][]byte{}, snap: map[string]bool{}}
+func newChunkSumFiles() *chunkSumFiles {
+	return &chunkSumFiles{want: map[string][]byte{}, snap: map[string]bool{}}
 }
 
-func (fs *rt26Files) expect(p string, b []byte, snap bool) {
+func (fs *chunkSumFiles) expect(p string, b []byte, snap bool) {
 	fs.want[p] = bytes.Clone(b)
 	fs.snap[p] = snap
 }
 
 // check reads every file through a fresh process and verifies snapshots.
-func (fs *rt26Files) check(t *testing.T, when string) {
+func (fs *chunkSumFiles) check(t *testing.T, when string) {
 	t.Helper()
 	for p, want := range fs.want {
 		sum := sha256.Sum256(want)
@@ -89,13 +90,13 @@ func (fs *rt26Files) check(t *testing.T, when string) {
 	}
 }
 
-// rt26Hashed is the daemon's count of bytes its commits hashed.
-func rt26Hashed(t *testing.T, addr string) float64 {
+// chunkSumHashed is the daemon's count of bytes its commits hashed.
+func chunkSumHashed(t *testing.T, addr string) float64 {
 	return counter(scrape(t, addr), "kvfs_commit_hashed_bytes_total")
 }
 
-// rt26Open creates p for writing (O_TRUNC) with extra flags.
-func rt26Open(t *testing.T, p string, flags int) *os.File {
+// chunkSumOpen creates p for writing (O_TRUNC) with extra flags.
+func chunkSumOpen(t *testing.T, p string, flags int) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|flags, 0o644)
 	if err != nil {
@@ -104,24 +105,24 @@ func rt26Open(t *testing.T, p string, flags int) *os.File {
 	return f
 }
 
-func rt26Pwrite(t *testing.T, f *os.File, b []byte, off int) {
+func chunkSumPwrite(t *testing.T, f *os.File, b []byte, off int) {
 	t.Helper()
 	if _, err := f.WriteAt(b, int64(off)); err != nil {
 		t.Fatalf("pwrite %d bytes at %d: %v", len(b), off, err)
 	}
 }
 
-// rt26InOrder writes b[from:to] at its offsets in pieces of random sizes.
-func rt26InOrder(t *testing.T, f *os.File, b []byte, from, to int, r *rand.Rand, max int) {
+// chunkSumInOrder writes b[from:to] at its offsets in pieces of random sizes.
+func chunkSumInOrder(t *testing.T, f *os.File, b []byte, from, to int, r *rand.Rand, max int) {
 	t.Helper()
 	for off := from; off < to; {
 		n := min(to-off, 1+r.IntN(max))
-		rt26Pwrite(t, f, b[off:off+n], off)
+		chunkSumPwrite(t, f, b[off:off+n], off)
 		off += n
 	}
 }
 
-func rt26Garbage(n int, seed uint64) []byte {
+func chunkSumGarbage(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, 26))
 	b := make([]byte, n)
 	for i := range b {
@@ -130,9 +131,9 @@ func rt26Garbage(n int, seed uint64) []byte {
 	return b
 }
 
-// rt26Pattern is a way of writing a snapshot: it writes into f (created
+// chunkSumPattern is a way of writing a snapshot: it writes into f (created
 // empty) and returns the content the file must end with.
-type rt26Pattern struct {
+type chunkSumPattern struct {
 	name string
 	// write writes; data is the snapshot, h its header's end.
 	write func(t *testing.T, f *os.File, data []byte, h int, r *rand.Rand) []byte
@@ -140,41 +141,41 @@ type rt26Pattern struct {
 	inOrder bool
 }
 
-func rt26Patterns() []rt26Pattern {
+func chunkSumPatterns() []chunkSumPattern {
 	C := 64 << 10
-	return []rt26Pattern{
+	return []chunkSumPattern{
 		{name: "in-order", inOrder: true, write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
-			rt26InOrder(t, f, d, 0, len(d), r, 200<<10)
+			chunkSumInOrder(t, f, d, 0, len(d), r, 200<<10)
 			return d
 		}},
 		{name: "gap-then-backfill", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			// The header and a little, then past a gap of many pieces (a
 			// hole: zeros when hashed), then the gap's real bytes.
 			a, b := h+1000, h+1000+5*C+777
-			rt26InOrder(t, f, d, 0, a, r, 50<<10)
-			rt26InOrder(t, f, d, b, len(d), r, 200<<10)
-			rt26InOrder(t, f, d, a, b, r, 50<<10)
+			chunkSumInOrder(t, f, d, 0, a, r, 50<<10)
+			chunkSumInOrder(t, f, d, b, len(d), r, 200<<10)
+			chunkSumInOrder(t, f, d, a, b, r, 50<<10)
 			return d
 		}},
 		{name: "garbage-then-rewrite", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			// The header, then garbage in the rows, in order; then the real
 			// rows over it.
-			g := append(bytes.Clone(d[:h]), rt26Garbage(len(d)-h, r.Uint64())...)
-			rt26InOrder(t, f, g, 0, len(g), r, 200<<10)
-			rt26InOrder(t, f, d, h, len(d), r, 200<<10)
+			g := append(bytes.Clone(d[:h]), chunkSumGarbage(len(d)-h, r.Uint64())...)
+			chunkSumInOrder(t, f, g, 0, len(g), r, 200<<10)
+			chunkSumInOrder(t, f, d, h, len(d), r, 200<<10)
 			return d
 		}},
 		{name: "overlap-by-one", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			// Each write ends in a wrong byte that the next, starting at
 			// inOrder-1, fixes.
-			rt26Pwrite(t, f, d[:h], 0)
+			chunkSumPwrite(t, f, d[:h], 0)
 			for off := h; off < len(d); {
 				n := min(len(d)-off, 2+r.IntN(100<<10))
 				b := bytes.Clone(d[off : off+n])
 				if off+n < len(d) {
 					b[n-1] ^= 0x5a
 				}
-				rt26Pwrite(t, f, b, off)
+				chunkSumPwrite(t, f, b, off)
 				off += n
 				if off < len(d) {
 					off--
@@ -186,27 +187,27 @@ func rt26Patterns() []rt26Pattern {
 			// Garbage in [s, L), written in order and hashed; cut to s; the
 			// rest written from L on: [s, L) is a hole, zeros.
 			s, L := h+3*C+5, h+9*C+11
-			g := append(bytes.Clone(d[:s]), rt26Garbage(L-s, r.Uint64())...)
-			rt26InOrder(t, f, g, 0, L, r, 100<<10)
+			g := append(bytes.Clone(d[:s]), chunkSumGarbage(L-s, r.Uint64())...)
+			chunkSumInOrder(t, f, g, 0, L, r, 100<<10)
 			if err := f.Truncate(int64(s)); err != nil {
 				t.Fatal(err)
 			}
-			rt26InOrder(t, f, d, L, len(d), r, 200<<10)
+			chunkSumInOrder(t, f, d, L, len(d), r, 200<<10)
 			w := bytes.Clone(d)
 			clear(w[s:L])
 			return w
 		}},
 		{name: "truncate-shrink-grow", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			s, L := h+2*C+3, h+7*C+1
-			g := append(bytes.Clone(d[:s]), rt26Garbage(L-s, r.Uint64())...)
-			rt26InOrder(t, f, g, 0, L, r, 100<<10)
+			g := append(bytes.Clone(d[:s]), chunkSumGarbage(L-s, r.Uint64())...)
+			chunkSumInOrder(t, f, g, 0, L, r, 100<<10)
 			if err := f.Truncate(int64(s)); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.Truncate(int64(L)); err != nil {
 				t.Fatal(err)
 			}
-			rt26InOrder(t, f, d, L, len(d), r, 200<<10)
+			chunkSumInOrder(t, f, d, L, len(d), r, 200<<10)
 			w := bytes.Clone(d)
 			clear(w[s:L])
 			return w
@@ -214,41 +215,41 @@ func rt26Patterns() []rt26Pattern {
 		{name: "truncate-grow-then-fill", inOrder: true, write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			// Grown to the full size first (zeros), then written in order
 			// over the zeros.
-			rt26InOrder(t, f, d, 0, h+100, r, 50<<10)
+			chunkSumInOrder(t, f, d, 0, h+100, r, 50<<10)
 			if err := f.Truncate(int64(len(d))); err != nil {
 				t.Fatal(err)
 			}
-			rt26InOrder(t, f, d, h+100, len(d), r, 200<<10)
+			chunkSumInOrder(t, f, d, h+100, len(d), r, 200<<10)
 			return d
 		}},
 		{name: "header-last", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
-			rt26InOrder(t, f, d, h, len(d), r, 200<<10)
-			rt26Pwrite(t, f, d[:h], 0)
+			chunkSumInOrder(t, f, d, h, len(d), r, 200<<10)
+			chunkSumPwrite(t, f, d[:h], 0)
 			return d
 		}},
 		{name: "header-rewritten", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			// The header of another layout (rows of another length: the
 			// plan cuts elsewhere), the rows, then the real header.
-			other := rt26OtherHeader(t, h)
-			rt26Pwrite(t, f, other, 0)
-			rt26InOrder(t, f, d, h, len(d), r, 200<<10)
-			rt26Pwrite(t, f, d[:h], 0)
+			other := chunkSumOtherHeader(t, h)
+			chunkSumPwrite(t, f, other, 0)
+			chunkSumInOrder(t, f, d, h, len(d), r, 200<<10)
+			chunkSumPwrite(t, f, d[:h], 0)
 			return d
 		}},
 		{name: "write-after-fsync", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
 			m := len(d) / 3
-			rt26InOrder(t, f, d, 0, m, r, 200<<10)
+			chunkSumInOrder(t, f, d, 0, m, r, 200<<10)
 			if err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			rt26InOrder(t, f, d, m, 2*m, r, 200<<10)
+			chunkSumInOrder(t, f, d, m, 2*m, r, 200<<10)
 			if err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			// back into what the first commit stored
-			rt26Pwrite(t, f, rt26Garbage(3*C, 9), h)
-			rt26InOrder(t, f, d, 2*m, len(d), r, 200<<10)
-			rt26Pwrite(t, f, d[h:h+3*C], h)
+			chunkSumPwrite(t, f, chunkSumGarbage(3*C, 9), h)
+			chunkSumInOrder(t, f, d, 2*m, len(d), r, 200<<10)
+			chunkSumPwrite(t, f, d[h:h+3*C], h)
 			return d
 		}},
 		{name: "threads-interleaved", write: func(t *testing.T, f *os.File, d []byte, h int, r *rand.Rand) []byte {
@@ -314,15 +315,15 @@ func rt26Patterns() []rt26Pattern {
 	}
 }
 
-// rt26OtherHeader returns the prefix and header of a Tiny snapshot whose
+// chunkSumOtherHeader returns the prefix and header of a Tiny snapshot whose
 // header is n bytes long exactly (a model ID padded to fit), so that a
 // write of it is the start of a plan with other rows.
-func rt26OtherHeader(t *testing.T, n int) []byte {
+func chunkSumOtherHeader(t *testing.T, n int) []byte {
 	t.Helper()
 	for pad := 0; pad < 4096; pad++ {
 		m := snapgen.Tiny
 		m.ID = "test/tiny" + strings.Repeat("x", pad)
-		b, h := rt26Snap(t, m, snapgen.Tokens(40, 77))
+		b, h := chunkSumSnap(t, m, snapgen.Tokens(40, 77))
 		if h == n {
 			return b[:h]
 		}
@@ -331,25 +332,25 @@ func rt26OtherHeader(t *testing.T, n int) []byte {
 		}
 	}
 	// No fit: the same length of garbage (no plan).
-	return rt26Garbage(n, 5)
+	return chunkSumGarbage(n, 5)
 }
 
-// TestRT26WritePatterns writes a snapshot in each pattern through the
+// TestChunkSumWritePatterns writes a snapshot in each pattern through the
 // mount (as NAME.tmp, fsync, rename, the engine's protocol; and under its
 // final name): what reads back is what was written, it verifies, the
 // commits of in-order patterns took the writer's sums, and the store
 // checker (cleanup) rehashes every chunk.
-func TestRT26WritePatterns(t *testing.T) {
-	rt26WritePatterns(t)
+func TestChunkSumWritePatterns(t *testing.T) {
+	chunkSumWritePatterns(t)
 }
 
-// TestRT26WritebackCache is the same under -o writeback_cache, where the
+// TestChunkSumWritebackCache is the same under -o writeback_cache, where the
 // kernel batches writes.
-func TestRT26WritebackCache(t *testing.T) {
-	rt26WritePatterns(t, "-o", "writeback_cache")
+func TestChunkSumWritebackCache(t *testing.T) {
+	chunkSumWritePatterns(t, "-o", "writeback_cache")
 }
 
-func rt26WritePatterns(t *testing.T, args ...string) {
+func chunkSumWritePatterns(t *testing.T, args ...string) {
 	addr := freeAddr(t)
 	m := newMount(t, append([]string{"--metrics", addr}, args...)...)
 	ns := m.path("fp/rt26")
@@ -358,14 +359,14 @@ func rt26WritePatterns(t *testing.T, args ...string) {
 	}
 	// Tiny, 2000 tokens: rows of 250 KiB (four chunks), 2 MiB: in a
 	// spool file. Tiny, 600: 600 KiB, a spool in memory.
-	big, hb := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(2000, 1))
-	small, hs := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(600, 2))
-	files := newRT26Files()
+	big, hb := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(2000, 1))
+	small, hs := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(600, 2))
+	files := newChunkSumFiles()
 	wb := len(args) > 0 || os.Getenv("KVFS_TEST_MOUNT_ARGS") != ""
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 26))
-	for i, pt := range rt26Patterns() {
+	for i, pt := range chunkSumPatterns() {
 		for j, v := range []struct {
 			d []byte
 			h int
@@ -377,8 +378,8 @@ func rt26WritePatterns(t *testing.T, args ...string) {
 				if tmp {
 					p += ".tmp"
 				}
-				h0 := rt26Hashed(t, addr)
-				f := rt26Open(t, p, 0)
+				h0 := chunkSumHashed(t, addr)
+				f := chunkSumOpen(t, p, 0)
 				want := pt.write(t, f, v.d, v.h, r)
 				if err := f.Sync(); err != nil {
 					t.Fatal(err)
@@ -391,12 +392,12 @@ func rt26WritePatterns(t *testing.T, args ...string) {
 						t.Fatal(err)
 					}
 				}
-				hashed := rt26Hashed(t, addr) - h0
+				hashed := chunkSumHashed(t, addr) - h0
 				t.Logf("%s/%d tmp=%v: commits hashed %g of %d bytes", pt.name, j, tmp, hashed, len(want))
 				if pt.inOrder && !wb && hashed > float64(len(want))/4 && i >= 0 {
 					t.Errorf("%s: written in order, the commit hashed %g of %d bytes: sums not used, the attack is void", pt.name, hashed, len(want))
 				}
-				one := newRT26Files()
+				one := newChunkSumFiles()
 				one.expect(name, want, bytes.Equal(want, v.d))
 				one.check(t, pt.name)
 				files.expect(name, want, bytes.Equal(want, v.d))
@@ -408,19 +409,19 @@ func rt26WritePatterns(t *testing.T, args ...string) {
 	files.check(t, "after a remount")
 }
 
-// TestRT26AppendAndMmap writes new snapshots with O_APPEND (random piece
+// TestChunkSumAppendAndMmap writes new snapshots with O_APPEND (random piece
 // sizes) and through a shared writable mapping (in order, and in a random
 // page order), then checks them.
-func TestRT26AppendAndMmap(t *testing.T) {
+func TestChunkSumAppendAndMmap(t *testing.T) {
 	m := newMount(t)
 	ns := m.path("fp/rt26m")
 	os.MkdirAll(ns, 0o755)
-	d, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(1500, 3))
-	files := newRT26Files()
+	d, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(1500, 3))
+	files := newChunkSumFiles()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 
 	p := filepath.Join(ns, "append.mlxkv")
-	f := rt26Open(t, p, os.O_APPEND)
+	f := chunkSumOpen(t, p, os.O_APPEND)
 	for off := 0; off < len(d); {
 		n := min(len(d)-off, 1+r.IntN(90<<10))
 		if _, err := f.Write(d[off : off+n]); err != nil {
@@ -435,7 +436,7 @@ func TestRT26AppendAndMmap(t *testing.T) {
 
 	for _, order := range []string{"in-order", "random", "rewrite"} {
 		p := filepath.Join(ns, "mmap-"+order+".mlxkv")
-		f := rt26Open(t, p, 0)
+		f := chunkSumOpen(t, p, 0)
 		f.Close()
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if err != nil {
@@ -457,7 +458,7 @@ func TestRT26AppendAndMmap(t *testing.T) {
 		}
 		if order == "rewrite" {
 			// Garbage first, flushed (in order), then the real bytes.
-			copy(mm, rt26Garbage(len(d), 4))
+			copy(mm, chunkSumGarbage(len(d), 4))
 			if err := msync(mm); err != nil {
 				t.Fatal(err)
 			}
@@ -493,15 +494,15 @@ func msync(b []byte) error {
 	return nil
 }
 
-// TestRT26Names: a file written under a plain name and renamed to a
+// TestChunkSumNames: a file written under a plain name and renamed to a
 // snapshot's before its fsync, the reverse, and a snapshot's name in a
 // blocks directory.
-func TestRT26Names(t *testing.T) {
+func TestChunkSumNames(t *testing.T) {
 	m := newMount(t)
 	ns := m.path("fp/rt26n")
 	os.MkdirAll(filepath.Join(ns, "blocks"), 0o755)
-	d, h := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(1200, 4))
-	files := newRT26Files()
+	d, h := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(1200, 4))
+	files := newChunkSumFiles()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
 	for _, c := range []struct{ from, to string }{
 		{"plain", "plain.mlxkv"},
@@ -512,14 +513,14 @@ func TestRT26Names(t *testing.T) {
 		{"d.mlxkv", "blocks/d.mlxkv"},
 	} {
 		from, to := filepath.Join(ns, c.from), filepath.Join(ns, c.to)
-		f := rt26Open(t, from, 0)
-		rt26InOrder(t, f, d, 0, len(d)/2, r, 100<<10)
+		f := chunkSumOpen(t, from, 0)
+		chunkSumInOrder(t, f, d, 0, len(d)/2, r, 100<<10)
 		if err := os.Rename(from, to); err != nil {
 			t.Fatal(err)
 		}
 		// out of order after the rename, then in order
-		rt26Pwrite(t, f, d[h:h+1000], h)
-		rt26InOrder(t, f, d, len(d)/2, len(d), r, 100<<10)
+		chunkSumPwrite(t, f, d[h:h+1000], h)
+		chunkSumInOrder(t, f, d, len(d)/2, len(d), r, 100<<10)
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -531,21 +532,21 @@ func TestRT26Names(t *testing.T) {
 	files.check(t, "after a remount")
 }
 
-// TestRT26ParentGone: a snapshot extending another (its rows planned with
+// TestChunkSumParentGone: a snapshot extending another (its rows planned with
 // the parent's cuts) whose parent is removed, or replaced by one of other
 // tokens, or appears, while it is written: the commit cuts otherwise than
 // the plan, at the same offsets with other lengths.
-func TestRT26ParentGone(t *testing.T) {
+func TestChunkSumParentGone(t *testing.T) {
 	m := newMount(t)
 	ns := m.path("fp/rt26p")
 	os.MkdirAll(ns, 0o755)
 	base := snapgen.Tokens(1000, 5)
-	a, _ := rt26Snap(t, snapgen.Tiny, base)
-	other, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(1000, 55))
-	files := newRT26Files()
+	a, _ := chunkSumSnap(t, snapgen.Tiny, base)
+	other, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(1000, 55))
+	files := newChunkSumFiles()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	for i, act := range []string{"remove", "replace", "appear", "keep"} {
-		ext, h := rt26Snap(t, snapgen.Tiny, snapgen.Extend(base, 1000+300*i, uint64(50+i)))
+		ext, h := chunkSumSnap(t, snapgen.Tiny, snapgen.Extend(base, 1000+300*i, uint64(50+i)))
 		pa := filepath.Join(ns, fmt.Sprintf("a%d.mlxkv", i))
 		if act != "appear" {
 			if err := os.WriteFile(pa, a, 0o644); err != nil {
@@ -553,9 +554,9 @@ func TestRT26ParentGone(t *testing.T) {
 			}
 		}
 		pb := filepath.Join(ns, fmt.Sprintf("b%d.mlxkv", i))
-		f := rt26Open(t, pb, 0)
+		f := chunkSumOpen(t, pb, 0)
 		mid := h + (len(ext)-h)/3
-		rt26InOrder(t, f, ext, 0, mid, r, 100<<10)
+		chunkSumInOrder(t, f, ext, 0, mid, r, 100<<10)
 		switch act {
 		case "remove":
 			if err := os.Remove(pa); err != nil {
@@ -577,7 +578,7 @@ func TestRT26ParentGone(t *testing.T) {
 		case "keep":
 			files.expect(pa, a, true)
 		}
-		rt26InOrder(t, f, ext, mid, len(ext), r, 100<<10)
+		chunkSumInOrder(t, f, ext, mid, len(ext), r, 100<<10)
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -589,21 +590,21 @@ func TestRT26ParentGone(t *testing.T) {
 	files.check(t, "after a remount")
 }
 
-// TestRT26HostileHeaders: valid headers that claim far more data than is
+// TestChunkSumHostileHeaders: valid headers that claim far more data than is
 // written, rows just under and at the 4 KiB bound, garbage rows and bytes
 // after a valid snapshot: the daemon answers promptly and stores the
 // bytes as written.
-func TestRT26HostileHeaders(t *testing.T) {
+func TestChunkSumHostileHeaders(t *testing.T) {
 	m := newMount(t)
 	ns := m.path("fp/rt26h")
 	os.MkdirAll(ns, 0o755)
-	files := newRT26Files()
+	files := newChunkSumFiles()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	write := func(name string, b []byte, snap bool) {
 		p := filepath.Join(ns, name)
 		start := time.Now()
-		f := rt26Open(t, p, 0)
-		rt26InOrder(t, f, b, 0, len(b), r, 70<<10)
+		f := chunkSumOpen(t, p, 0)
+		chunkSumInOrder(t, f, b, 0, len(b), r, 70<<10)
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -613,45 +614,45 @@ func TestRT26HostileHeaders(t *testing.T) {
 		}
 		files.expect(p, b, snap)
 	}
-	huge, h := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(20000, 7))
+	huge, h := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(20000, 7))
 	write("claims-20MiB.mlxkv", huge[:h+300<<10], false)
 	write("header-only.mlxkv", huge[:h], false)
 	write("header-short.mlxkv", huge[:h-1], false)
-	tiny16, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(16, 8)) // 2 KiB rows
+	tiny16, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(16, 8)) // 2 KiB rows
 	write("rows-2k.mlxkv", tiny16, true)
-	tiny32, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(32, 9)) // 4 KiB rows
+	tiny32, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(32, 9)) // 4 KiB rows
 	write("rows-4k.mlxkv", tiny32, true)
-	tiny33, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(33, 9)) // 4 KiB + 128
+	tiny33, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(33, 9)) // 4 KiB + 128
 	write("rows-4k1.mlxkv", tiny33, true)
-	mid, hm := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(900, 10))
-	g := append(bytes.Clone(mid[:hm]), rt26Garbage(len(mid)-hm, 11)...)
+	mid, hm := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(900, 10))
+	g := append(bytes.Clone(mid[:hm]), chunkSumGarbage(len(mid)-hm, 11)...)
 	write("garbage-rows.mlxkv", g, false)
-	write("trailing.mlxkv", append(bytes.Clone(mid), rt26Garbage(200<<10, 12)...), false)
+	write("trailing.mlxkv", append(bytes.Clone(mid), chunkSumGarbage(200<<10, 12)...), false)
 	write("truncated-rows.mlxkv", mid[:len(mid)-3000], false)
 	files.check(t, "written")
 	remount(t, m)
 	files.check(t, "after a remount")
 }
 
-// TestRT26KillDaemon: snapshots written and fsynced, then the daemon
+// TestChunkSumKillDaemon: snapshots written and fsynced, then the daemon
 // killed while another is written, and while one is committed: after a
 // remount every fsynced snapshot reads back and verifies, and the store
 // checks clean.
-func TestRT26KillDaemon(t *testing.T) {
+func TestChunkSumKillDaemon(t *testing.T) {
 	m := newMount(t)
 	ns := m.path("fp/rt26k")
 	os.MkdirAll(ns, 0o755)
-	files := newRT26Files()
+	files := newChunkSumFiles()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for round := range 3 {
 		if round > 0 {
 			m.start(t)
 		}
 		for i := range 3 {
-			d, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(800+100*i, uint64(round*10+i)))
+			d, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(800+100*i, uint64(round*10+i)))
 			p := filepath.Join(ns, fmt.Sprintf("r%d-%d.mlxkv", round, i))
-			f := rt26Open(t, p+".tmp", 0)
-			rt26InOrder(t, f, d, 0, len(d), r, 100<<10)
+			f := chunkSumOpen(t, p+".tmp", 0)
+			chunkSumInOrder(t, f, d, 0, len(d), r, 100<<10)
 			if err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
@@ -662,7 +663,7 @@ func TestRT26KillDaemon(t *testing.T) {
 			files.expect(p, d, true)
 		}
 		// One being written, and one big one in its commit, when killed.
-		d, _ := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(6000, uint64(round+100)))
+		d, _ := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(6000, uint64(round+100)))
 		var wg sync.WaitGroup
 		for k := range 2 {
 			wg.Add(1)
@@ -687,7 +688,7 @@ func TestRT26KillDaemon(t *testing.T) {
 		time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
 		syscall.Kill(daemonPID(t, m), syscall.SIGKILL)
 		wg.Wait()
-		exec26(m)
+		unmountKilled(m)
 		s := m.openStore(t)
 		if err := s.Check(context.Background(), store.CheckOptions{Verify: true}); err != nil {
 			s.Close()
@@ -706,9 +707,9 @@ func TestRT26KillDaemon(t *testing.T) {
 	files.check(t, "after the kills")
 }
 
-// TestRT26OtherUser: a non-root user writes snapshots (cp, and in order
+// TestChunkSumOtherUser: a non-root user writes snapshots (cp, and in order
 // and out of order through a client shell) in a directory of its own.
-func TestRT26OtherUser(t *testing.T) {
+func TestChunkSumOtherUser(t *testing.T) {
 	u := otherUser(t)
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
@@ -723,12 +724,12 @@ func TestRT26OtherUser(t *testing.T) {
 	}
 	defer os.RemoveAll(src)
 	os.Chmod(src, 0o755)
-	d, h := rt26Snap(t, snapgen.Tiny, snapgen.Tokens(1300, 12))
+	d, h := chunkSumSnap(t, snapgen.Tiny, snapgen.Tokens(1300, 12))
 	sp := filepath.Join(src, "s.mlxkv")
 	if err := os.WriteFile(sp, d, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files := newRT26Files()
+	files := newChunkSumFiles()
 	u.shOK(t, fmt.Sprintf("cp %s %s/cp.mlxkv", sp, ns))
 	files.expect(ns+"/cp.mlxkv", d, true)
 	// dd in order in 64 KiB blocks, then a second dd back over the header
@@ -745,8 +746,8 @@ func TestRT26OtherUser(t *testing.T) {
 	files.check(t, "after a remount")
 }
 
-// exec26 unmounts a killed daemon's mount point.
-func exec26(m *mount) {
+// unmountKilled unmounts a killed daemon's mount point.
+func unmountKilled(m *mount) {
 	for range 50 {
 		if err := syscall.Unmount(m.mnt, syscall.MNT_DETACH); err == nil || !isMounted(m.mnt) {
 			break

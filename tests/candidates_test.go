@@ -22,7 +22,14 @@ import (
 	"github.com/kvfs/kvfs/mlx"
 )
 
-func rt12Write(t *testing.T, m *mount, rel string, tokens []uint32, blocks bool, edit func(*mlx.Header)) {
+// /.kvfs/candidates and kvfs match --mount, which walks it: what an
+// ordinary user can see and name there, listings of many candidates, and
+// the walk's answer equal to the control socket's, also while snapshots
+// are renamed and rewritten. Found by red team 12.
+
+// writeMatchSnap writes a snapshot of matchModel over tokens at rel
+// (blocks layout if blocks), edited by edit, mode 0644.
+func writeMatchSnap(t *testing.T, m *mount, rel string, tokens []uint32, blocks bool, edit func(*mlx.Header)) {
 	t.Helper()
 	h, tensors := matchModel.Snapshot(tokens)
 	if edit != nil {
@@ -44,7 +51,7 @@ func rt12Write(t *testing.T, m *mount, rel string, tokens []uint32, blocks bool,
 	}
 }
 
-func rt12Answer(t *testing.T, prompt []uint32, tokFile string, run func(args ...string) (string, error), where ...string) (fullAnswer, error) {
+func askMatch(t *testing.T, prompt []uint32, tokFile string, run func(args ...string) (string, error), where ...string) (fullAnswer, error) {
 	t.Helper()
 	b, _ := json.Marshal(prompt)
 	if err := os.WriteFile(tokFile, b, 0o644); err != nil {
@@ -61,22 +68,22 @@ func rt12Answer(t *testing.T, prompt []uint32, tokFile string, run func(args ...
 	return a, nil
 }
 
-func rt12Root(args ...string) (string, error) {
+func kvfsAsRoot(args ...string) (string, error) {
 	out, err := execCommand(kvfsBin, args...).Output()
 	return string(out), err
 }
 
-// TestRT12RenameRace: a snapshot that is only renamed (never removed) while
+// TestMatchMountDuringRenames: a snapshot that is only renamed (never removed) while
 // kvfs match --mount runs must still be found: the socket's answer is the
 // same at every instant (renames change no key and no token).
-func TestRT12RenameRace(t *testing.T) {
+func TestMatchMountDuringRenames(t *testing.T) {
 	m := newMount(t)
 	base := snapgen.Tokens(2000, 31)
-	rt12Write(t, m, "fp/base/a1.mlxkv", snapgen.Extend(base[:700], 300, 1), false, nil)
-	rt12Write(t, m, "fp/base/b.mlxkv", snapgen.Extend(base[:600], 300, 2), false, nil)
+	writeMatchSnap(t, m, "fp/base/a1.mlxkv", snapgen.Extend(base[:700], 300, 1), false, nil)
+	writeMatchSnap(t, m, "fp/base/b.mlxkv", snapgen.Extend(base[:600], 300, 2), false, nil)
 	prompt := snapgen.Extend(base[:1000], 20, 5)
 	tokFile := filepath.Join(t.TempDir(), "p.json")
-	want, err := rt12Answer(t, prompt, tokFile, rt12Root, m.store)
+	want, err := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store)
 	if err != nil || want.Tokens != 700 {
 		t.Fatalf("socket: %+v %v", want, err)
 	}
@@ -106,7 +113,7 @@ func TestRT12RenameRace(t *testing.T) {
 	var firstWrong string
 	for time.Now().Before(deadline) {
 		runs++
-		got, err := rt12Answer(t, prompt, tokFile, rt12Root, "--mount", m.mnt)
+		got, err := askMatch(t, prompt, tokFile, kvfsAsRoot, "--mount", m.mnt)
 		if err != nil {
 			errs++
 			if firstWrong == "" {
@@ -114,7 +121,7 @@ func TestRT12RenameRace(t *testing.T) {
 			}
 			continue
 		}
-		if s, err := rt12Answer(t, prompt, tokFile, rt12Root, m.store); err != nil || s != want && s.Tokens != want.Tokens {
+		if s, err := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store); err != nil || s != want && s.Tokens != want.Tokens {
 			t.Errorf("the socket itself changed its answer during renames: %+v %v", s, err)
 		}
 		if got.Tokens != want.Tokens || !got.Hit {
@@ -132,17 +139,17 @@ func TestRT12RenameRace(t *testing.T) {
 	}
 }
 
-// TestRT12Names: what an ordinary user can learn through
+// TestCandidatesAccess: what an ordinary user can learn through
 // /.kvfs/candidates, and the names it accepts.
-func TestRT12Names(t *testing.T) {
+func TestCandidatesAccess(t *testing.T) {
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
 	u := otherUser(t)
 	base := snapgen.Tokens(2000, 31)
 	other := snapgen.Tokens(1300, 77)
-	rt12Write(t, m, "pub/base/p.mlxkv", base[:900], false, nil)
-	rt12Write(t, m, "secret/base/s.mlxkv", other[:900], false, nil)
-	rt12Write(t, m, "pub/base/private.mlxkv", base[:800], false, nil)
+	writeMatchSnap(t, m, "pub/base/p.mlxkv", base[:900], false, nil)
+	writeMatchSnap(t, m, "secret/base/s.mlxkv", other[:900], false, nil)
+	writeMatchSnap(t, m, "pub/base/private.mlxkv", base[:800], false, nil)
 	if err := os.Chmod(m.path("secret"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -266,18 +273,18 @@ func readlinkat(dirfd int, name string, buf []byte) (int, error) {
 	return syscall.Readlink(fmt.Sprintf("/proc/self/fd/%d/%s", dirfd, name), buf)
 }
 
-// TestRT12KeyDirLeak: an ordinary user never sees the candidates
+// TestCandidatesKeyDirNoLeak: an ordinary user never sees the candidates
 // directory of a key it may read no snapshot of, and, while root looks the
 // key up in a loop, can list nothing in it and read no link. (A stat, or an
 // opendir that lists nothing, may then be answered from the entry root's
 // lookup left in the kernel, for up to a jiffy: docs/PREFIX.md,
 // "Permissions"; it is counted, not failed.)
-func TestRT12KeyDirLeak(t *testing.T) {
+func TestCandidatesKeyDirNoLeak(t *testing.T) {
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
 	u := otherUser(t)
 	other := snapgen.Tokens(1300, 77)
-	rt12Write(t, m, "secret/base/s.mlxkv", other[:900], false, nil)
+	writeMatchSnap(t, m, "secret/base/s.mlxkv", other[:900], false, nil)
 	if err := os.Chmod(m.path("secret"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +333,10 @@ func TestRT12KeyDirLeak(t *testing.T) {
 	t.Logf("while root looked the key up, the user's stat was answered from the kernel's entry %d times of 300", stats)
 }
 
+// TestMatchMountAgreesEdgeCases: kvfs match --mount answers as the socket
+// for prompts around group boundaries, ties, minimumReusableOffset,
 // rotating caches, a namespace and a non-UTF-8 name.
-func TestRT12Agree(t *testing.T) {
+func TestMatchMountAgreesEdgeCases(t *testing.T) {
 	m := newMount(t)
 	base := snapgen.Tokens(2000, 31)
 	minOffset := func(off int64) func(*mlx.Header) {
@@ -354,7 +363,7 @@ func TestRT12Agree(t *testing.T) {
 	i := 0
 	w := func(l, extra int, blocks bool, edit func(*mlx.Header)) {
 		i++
-		rt12Write(t, m, fmt.Sprintf("d%d/s%02d.mlxkv", i%3, i), snapgen.Extend(base[:l], extra, uint64(100+i)), blocks, edit)
+		writeMatchSnap(t, m, fmt.Sprintf("d%d/s%02d.mlxkv", i%3, i), snapgen.Extend(base[:l], extra, uint64(100+i)), blocks, edit)
 	}
 	for _, l := range []int{256, 257, 511, 512, 513, 767, 768, 1024, 1025} {
 		w(l, 0, false, nil)
@@ -367,7 +376,7 @@ func TestRT12Agree(t *testing.T) {
 	w(1200, 20, false, unwrapped)
 	w(1400, 10, true, minOffset(1300))
 	w(600, 0, false, minOffset(512))
-	rt12Write(t, m, "d0/\xff\xfeodd.mlxkv", snapgen.Extend(base[:1600], 5, 9), false, nil)
+	writeMatchSnap(t, m, "d0/\xff\xfeodd.mlxkv", snapgen.Extend(base[:1600], 5, 9), false, nil)
 	// one shorter than a group sharing everything
 	w(200, 0, false, nil)
 	tokFile := filepath.Join(t.TempDir(), "p.json")
@@ -380,8 +389,8 @@ func TestRT12Agree(t *testing.T) {
 	for _, n := range ns {
 		for _, extra := range []int{0, 3} {
 			prompt := snapgen.Extend(base[:n], extra, 5)
-			sock, err1 := rt12Answer(t, prompt, tokFile, rt12Root, m.store)
-			mnt, err2 := rt12Answer(t, prompt, tokFile, rt12Root, "--mount", m.mnt)
+			sock, err1 := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store)
+			mnt, err2 := askMatch(t, prompt, tokFile, kvfsAsRoot, "--mount", m.mnt)
 			if err1 != nil || err2 != nil || sock != mnt {
 				bad++
 				t.Errorf("%d+%d: socket %+v (%v), --mount %+v (%v)", n, extra, sock, err1, mnt, err2)
@@ -391,13 +400,13 @@ func TestRT12Agree(t *testing.T) {
 	for _, nsName := range []string{"french"} {
 		b, _ := json.Marshal(base[:600])
 		os.WriteFile(tokFile, b, 0o644)
-		a, _ := rt12Root("match", "--model", matchModel.ID, "--fingerprint", matchModel.ID+"-fp", "--ns", nsName, "--tokens", tokFile, m.store)
-		c, _ := rt12Root("match", "--model", matchModel.ID, "--fingerprint", matchModel.ID+"-fp", "--ns", nsName, "--tokens", tokFile, "--mount", m.mnt)
+		a, _ := kvfsAsRoot("match", "--model", matchModel.ID, "--fingerprint", matchModel.ID+"-fp", "--ns", nsName, "--tokens", tokFile, m.store)
+		c, _ := kvfsAsRoot("match", "--model", matchModel.ID, "--fingerprint", matchModel.ID+"-fp", "--ns", nsName, "--tokens", tokFile, "--mount", m.mnt)
 		if a != c {
 			t.Errorf("ns %s: socket %s, mount %s", nsName, a, c)
 		}
-		a, _ = rt12Root("match", "--model", "nope", "--fingerprint", matchModel.ID+"-fp", "--tokens", tokFile, m.store)
-		c, _ = rt12Root("match", "--model", "nope", "--fingerprint", matchModel.ID+"-fp", "--tokens", tokFile, "--mount", m.mnt)
+		a, _ = kvfsAsRoot("match", "--model", "nope", "--fingerprint", matchModel.ID+"-fp", "--tokens", tokFile, m.store)
+		c, _ = kvfsAsRoot("match", "--model", "nope", "--fingerprint", matchModel.ID+"-fp", "--tokens", tokFile, "--mount", m.mnt)
 		if a != c {
 			t.Errorf("model nope: socket %s, mount %s", a, c)
 		}
@@ -405,16 +414,16 @@ func TestRT12Agree(t *testing.T) {
 	t.Logf("%d prompts compared, %d differ", 2*len(ns), bad)
 }
 
-// TestRT12Stress: rewrites, removals and renames of snapshots while
+// TestCandidatesStress: rewrites, removals and renames of snapshots while
 // readers list a key's candidates and read through the links: only
 // ENOENT/ESTALE, and every header read through a link of h(2) shares
 // h(2)'s 512 tokens.
-func TestRT12Stress(t *testing.T) {
+func TestCandidatesStress(t *testing.T) {
 	m := newMount(t)
 	base := snapgen.Tokens(2000, 31)
 	other := snapgen.Tokens(2000, 77)
 	for i := 0; i < 8; i++ {
-		rt12Write(t, m, fmt.Sprintf("d/w%d.mlxkv", i), snapgen.Extend(base[:520+i], 10, uint64(i)), false, nil)
+		writeMatchSnap(t, m, fmt.Sprintf("d/w%d.mlxkv", i), snapgen.Extend(base[:520+i], 10, uint64(i)), false, nil)
 	}
 	keys := mlx.ChainKeys(matchModel.ID, matchModel.ID+"-fp", "", base)
 	dir := m.path(".kvfs/candidates/" + hex.EncodeToString(keys[2][:]))
@@ -512,7 +521,7 @@ func TestRT12Stress(t *testing.T) {
 	// A link is a path: a name replaced between the kernel's readlink and
 	// its walk leads to the new file, which need not share the key. That
 	// is documented (docs/PREFIX.md); a client checks the tokens it reads,
-	// as kvfs match --mount does (TestRT12RenameRace, TestRT12RewriteRace).
+	// as kvfs match --mount does (TestMatchMountDuringRenames, TestMatchMountDuringRewrites).
 	t.Logf("%d header reads, %d not under h(2) (names replaced under the walk); errors: %v", reads.Load(), wrong.Load(), errCount)
 	if reads.Load() == 0 {
 		t.Error("no header read through a link")
@@ -522,14 +531,14 @@ func TestRT12Stress(t *testing.T) {
 	}
 }
 
-// TestRT12Many: a key with many candidates, listed with tiny getdents
+// TestCandidatesMany: a key with many candidates, listed with tiny getdents
 // buffers, and kvfs match --mount over them.
-func TestRT12Many(t *testing.T) {
+func TestCandidatesMany(t *testing.T) {
 	m := newMount(t)
 	base := snapgen.Tokens(600, 31)
 	const n = 400
 	for i := 0; i < n; i++ {
-		rt12Write(t, m, fmt.Sprintf("d%d/s%04d.mlxkv", i%10, i), snapgen.Extend(base[:256+i%200], 20, uint64(i)), false, nil)
+		writeMatchSnap(t, m, fmt.Sprintf("d%d/s%04d.mlxkv", i%10, i), snapgen.Extend(base[:256+i%200], 20, uint64(i)), false, nil)
 	}
 	keys := mlx.ChainKeys(matchModel.ID, matchModel.ID+"-fp", "", base)
 	dir := m.path(".kvfs/candidates/" + hex.EncodeToString(keys[1][:]))
@@ -591,10 +600,10 @@ func TestRT12Many(t *testing.T) {
 	for _, l := range []int{300, 456, 600} {
 		prompt := snapgen.Extend(base[:l], 3, 5)
 		st := time.Now()
-		sock, err1 := rt12Answer(t, prompt, tokFile, rt12Root, m.store)
+		sock, err1 := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store)
 		d1 := time.Since(st)
 		st = time.Now()
-		mnt, err2 := rt12Answer(t, prompt, tokFile, rt12Root, "--mount", m.mnt)
+		mnt, err2 := askMatch(t, prompt, tokFile, kvfsAsRoot, "--mount", m.mnt)
 		d2 := time.Since(st)
 		t.Logf("%d: socket %v, mount %v", l, d1, d2)
 		if err1 != nil || err2 != nil || sock != mnt {
@@ -603,19 +612,19 @@ func TestRT12Many(t *testing.T) {
 	}
 }
 
-// TestRT12AgreeUser: the user through the socket and through the mount,
+// TestMatchMountAgreesAsUser: the user through the socket and through the mount,
 // with hidden ties, renamed-away and .tmp snapshots.
-func TestRT12AgreeUser(t *testing.T) {
+func TestMatchMountAgreesAsUser(t *testing.T) {
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
 	u := otherUser(t)
 	base := snapgen.Tokens(2000, 31)
-	rt12Write(t, m, "sec/a.mlxkv", snapgen.Extend(base[:700], 40, 1), false, nil) // tie, earliest, hidden
-	rt12Write(t, m, "pub/b.mlxkv", snapgen.Extend(base[:700], 40, 2), false, nil)
-	rt12Write(t, m, "pub/c.mlxkv", snapgen.Extend(base[:900], 40, 3), false, nil)
-	rt12Write(t, m, "pub/d.mlxkv", snapgen.Extend(base[:1000], 40, 4), false, nil)
-	rt12Write(t, m, "pub/e.mlxkv", snapgen.Extend(base[:1200], 40, 5), false, nil)
-	rt12Write(t, m, "pub/f.mlxkv", snapgen.Extend(base[:1300], 0, 6), false, nil)
+	writeMatchSnap(t, m, "sec/a.mlxkv", snapgen.Extend(base[:700], 40, 1), false, nil) // tie, earliest, hidden
+	writeMatchSnap(t, m, "pub/b.mlxkv", snapgen.Extend(base[:700], 40, 2), false, nil)
+	writeMatchSnap(t, m, "pub/c.mlxkv", snapgen.Extend(base[:900], 40, 3), false, nil)
+	writeMatchSnap(t, m, "pub/d.mlxkv", snapgen.Extend(base[:1000], 40, 4), false, nil)
+	writeMatchSnap(t, m, "pub/e.mlxkv", snapgen.Extend(base[:1200], 40, 5), false, nil)
+	writeMatchSnap(t, m, "pub/f.mlxkv", snapgen.Extend(base[:1300], 0, 6), false, nil)
 	os.Rename(m.path("pub/c.mlxkv"), m.path("pub/c.bak"))
 	os.Rename(m.path("pub/d.mlxkv"), m.path("pub/d.mlxkv.tmp"))
 	os.Chmod(m.path("pub/e.mlxkv"), 0o600)
@@ -630,8 +639,8 @@ func TestRT12AgreeUser(t *testing.T) {
 	}
 	for _, l := range []int{300, 700, 701, 750, 901, 1001, 1201, 1299, 1300, 1301, 1500} {
 		prompt := snapgen.Extend(base[:l], 2, 7)
-		sock, err1 := rt12Answer(t, prompt, tokFile, rt12Root, m.store)
-		mnt, err2 := rt12Answer(t, prompt, tokFile, rt12Root, "--mount", m.mnt)
+		sock, err1 := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store)
+		mnt, err2 := askMatch(t, prompt, tokFile, kvfsAsRoot, "--mount", m.mnt)
 		if err1 != nil || err2 != nil || sock != mnt {
 			t.Errorf("root %d: socket %+v (%v), --mount %+v (%v)", l, sock, err1, mnt, err2)
 		}
@@ -640,21 +649,21 @@ func TestRT12AgreeUser(t *testing.T) {
 		if l > 700 {
 			want = fullAnswer{Hit: true, Path: "pub/f.mlxkv", Tokens: int64(min(l, 1300)), SnapshotTokens: 1300, Trim: l < 1300}
 		}
-		if got, err := rt12Answer(t, prompt, tokFile, asUser, "--mount", m.mnt); err != nil || got != want {
+		if got, err := askMatch(t, prompt, tokFile, asUser, "--mount", m.mnt); err != nil || got != want {
 			t.Errorf("user %d: --mount %+v (%v), want %+v", l, got, err, want)
 		}
 	}
 }
 
-// TestRT12RewriteRace: a snapshot rewritten in a loop (temporary file
+// TestMatchMountDuringRewrites: a snapshot rewritten in a loop (temporary file
 // renamed over its name, the same tokens each time) while kvfs match
 // --mount runs: the socket answers it at every instant.
-func TestRT12RewriteRace(t *testing.T) {
+func TestMatchMountDuringRewrites(t *testing.T) {
 	m := newMount(t)
 	base := snapgen.Tokens(2000, 31)
 	toks := snapgen.Extend(base[:700], 300, 1)
-	rt12Write(t, m, "fp/base/a.mlxkv", toks, false, nil)
-	rt12Write(t, m, "fp/base/b.mlxkv", snapgen.Extend(base[:600], 300, 2), false, nil)
+	writeMatchSnap(t, m, "fp/base/a.mlxkv", toks, false, nil)
+	writeMatchSnap(t, m, "fp/base/b.mlxkv", snapgen.Extend(base[:600], 300, 2), false, nil)
 	prompt := snapgen.Extend(base[:1000], 20, 5)
 	tokFile := filepath.Join(t.TempDir(), "p.json")
 	stop := make(chan struct{})
@@ -680,10 +689,10 @@ func TestRT12RewriteRace(t *testing.T) {
 	var first []string
 	for time.Now().Before(deadline) {
 		runs++
-		if s, err := rt12Answer(t, prompt, tokFile, rt12Root, m.store); err != nil || s.Tokens != 700 {
+		if s, err := askMatch(t, prompt, tokFile, kvfsAsRoot, m.store); err != nil || s.Tokens != 700 {
 			sockWrong++
 		}
-		got, err := rt12Answer(t, prompt, tokFile, rt12Root, "--mount", m.mnt)
+		got, err := askMatch(t, prompt, tokFile, kvfsAsRoot, "--mount", m.mnt)
 		if err != nil {
 			errs++
 			first = append(first, "error: "+err.Error())

@@ -26,13 +26,14 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
-// Red team 25: a new blob's spool hashes its whole content while it is
-// written (fs/spool.go: trackWhole, hashWhole, wholeSum), and its commit
-// takes that sum instead of reading the file (store.Changes.BlobSum). A
-// wrong sum is a blob whose bytes are not the sha256 its name says, and
-// any other blocks directory adopting it by name is served wrong bytes.
+// A blob's sum taken while it is written: a new blob's spool hashes its
+// whole content while it is written (fs/spool.go: trackWhole, hashWhole,
+// wholeSum), and its commit takes that sum instead of reading the file
+// (store.Changes.BlobSum). A wrong sum is a blob whose bytes are not the
+// sha256 its name says, and any other blocks directory adopting it by name
+// is served wrong bytes. (Found by red team 25.)
 //
-// Every blob of these tests is written from a plan (rt25Plan) that is a
+// Every blob of these tests is written from a plan (blobSumPlan) that is a
 // pure function of its id: writes in order in unaligned pieces, then
 // rewrites after the hasher took the cells (same bytes, other bytes),
 // truncations (to a cell boundary, inside a cell) and regrowth, holes,
@@ -42,19 +43,19 @@ import (
 // exactly, through the page cache, O_DIRECT, mmap and from another
 // namespace's blocks directory (adopted by lookup).
 
-const rt25C = 64 << 10
+const blobSumC = 64 << 10
 
-type rt25Op struct {
+type blobSumOp struct {
 	k    byte // w: pwrite data at off; t: ftruncate(off); s: fsync; z: sleep (the hashers catch up); m: state mark
 	off  int64
 	data []byte
 }
 
-// rt25Size is a blob size: the interesting ones around cells and the
+// blobSumSize is a blob size: the interesting ones around cells and the
 // bound of spools in memory, and random ones.
-func rt25Size(r *rand.Rand, big bool) int64 {
-	fixed := []int64{0, 1, rt25C - 1, rt25C, rt25C + 1, 2 * rt25C, 3*rt25C - 1, 5*rt25C + 1,
-		16 * rt25C, 16*rt25C - 1, 16*rt25C + 1, 1 << 20, 1<<20 + 1, 1<<20 - 1, 40*rt25C + 7}
+func blobSumSize(r *rand.Rand, big bool) int64 {
+	fixed := []int64{0, 1, blobSumC - 1, blobSumC, blobSumC + 1, 2 * blobSumC, 3*blobSumC - 1, 5*blobSumC + 1,
+		16 * blobSumC, 16*blobSumC - 1, 16*blobSumC + 1, 1 << 20, 1<<20 + 1, 1<<20 - 1, 40*blobSumC + 7}
 	switch x := r.IntN(10); {
 	case x < 4:
 		return fixed[r.IntN(len(fixed))]
@@ -67,7 +68,7 @@ func rt25Size(r *rand.Rand, big bool) int64 {
 	}
 }
 
-func rt25Rand(r *rand.Rand, n int64) []byte {
+func blobSumRand(r *rand.Rand, n int64) []byte {
 	b := make([]byte, n)
 	for i := 0; i < len(b); i += 8 {
 		v := r.Uint64()
@@ -78,9 +79,9 @@ func rt25Rand(r *rand.Rand, n int64) []byte {
 	return b
 }
 
-// rt25Pieces cuts [a, b) in pieces of random sizes: tiny, unaligned, whole
+// blobSumPieces cuts [a, b) in pieces of random sizes: tiny, unaligned, whole
 // cells.
-func rt25Pieces(r *rand.Rand, a, b int64) [][2]int64 {
+func blobSumPieces(r *rand.Rand, a, b int64) [][2]int64 {
 	var out [][2]int64
 	for off := a; off < b; {
 		var n int64
@@ -88,7 +89,7 @@ func rt25Pieces(r *rand.Rand, a, b int64) [][2]int64 {
 		case 0:
 			n = 1 + r.Int64N(5000)
 		case 1:
-			n = rt25C * (1 + r.Int64N(3))
+			n = blobSumC * (1 + r.Int64N(3))
 		default:
 			n = 1 + r.Int64N(300_000)
 		}
@@ -99,75 +100,75 @@ func rt25Pieces(r *rand.Rand, a, b int64) [][2]int64 {
 	return out
 }
 
-// rt25Plan is blob id's plan; big allows blobs past 16 MiB; maxMut the
+// blobSumPlan is blob id's plan; big allows blobs past 16 MiB; maxMut the
 // most changes after the writes in order.
-func rt25Plan(id uint64, big bool, maxMut int) []rt25Op {
+func blobSumPlan(id uint64, big bool, maxMut int) []blobSumOp {
 	r := rand.New(rand.NewPCG(id, 25))
-	size := rt25Size(r, big)
-	var ops []rt25Op
+	size := blobSumSize(r, big)
+	var ops []blobSumOp
 	write := func(a, b int64, zeds bool) {
-		for _, p := range rt25Pieces(r, a, b) {
-			ops = append(ops, rt25Op{k: 'w', off: p[0], data: rt25Rand(r, p[1])})
+		for _, p := range blobSumPieces(r, a, b) {
+			ops = append(ops, blobSumOp{k: 'w', off: p[0], data: blobSumRand(r, p[1])})
 			if zeds && r.IntN(8) == 0 {
-				ops = append(ops, rt25Op{k: 'z'})
+				ops = append(ops, blobSumOp{k: 'z'})
 			}
 		}
 	}
 	write(0, size, true)
-	ops = append(ops, rt25Op{k: 'm'})
-	model := rt25Apply(nil, ops)
+	ops = append(ops, blobSumOp{k: 'm'})
+	model := blobSumApply(nil, ops)
 	n := r.IntN(maxMut + 1)
 	for range n {
 		if r.IntN(2) == 0 {
-			ops = append(ops, rt25Op{k: 'z'})
+			ops = append(ops, blobSumOp{k: 'z'})
 		}
 		cur := int64(len(model))
 		switch p := r.IntN(9); {
 		case p == 0 && cur > 0: // other bytes
 			off := r.Int64N(cur)
-			ops = append(ops, rt25Op{k: 'w', off: off, data: rt25Rand(r, min(cur-off+1, 1+r.Int64N(rt25C+10)))})
+			ops = append(ops, blobSumOp{k: 'w', off: off, data: blobSumRand(r, min(cur-off+1, 1+r.Int64N(blobSumC+10)))})
 		case p == 1 && cur > 0: // the same bytes
 			off := r.Int64N(cur)
-			n := min(cur-off, 1+r.Int64N(2*rt25C))
-			ops = append(ops, rt25Op{k: 'w', off: off, data: append([]byte{}, model[off:off+n]...)})
-		case p == 2 && cur >= rt25C: // cut at a cell boundary, grow again with other bytes
-			k := r.Int64N(cur / rt25C)
-			ops = append(ops, rt25Op{k: 't', off: k * rt25C})
+			n := min(cur-off, 1+r.Int64N(2*blobSumC))
+			ops = append(ops, blobSumOp{k: 'w', off: off, data: append([]byte{}, model[off:off+n]...)})
+		case p == 2 && cur >= blobSumC: // cut at a cell boundary, grow again with other bytes
+			k := r.Int64N(cur / blobSumC)
+			ops = append(ops, blobSumOp{k: 't', off: k * blobSumC})
 			if r.IntN(2) == 0 {
-				ops = append(ops, rt25Op{k: 'z'})
+				ops = append(ops, blobSumOp{k: 'z'})
 			}
-			write(k*rt25C, cur, false)
+			write(k*blobSumC, cur, false)
 		case p == 3 && cur > 1: // cut inside a cell, rewrite the cell from its start
 			x := 1 + r.Int64N(cur-1)
-			if x%rt25C == 0 {
+			if x%blobSumC == 0 {
 				x++
 			}
-			ops = append(ops, rt25Op{k: 't', off: min(x, cur)})
-			a := x / rt25C * rt25C
+			ops = append(ops, blobSumOp{k: 't', off: min(x, cur)})
+			a := x / blobSumC * blobSumC
 			write(a, cur, false)
 		case p == 4: // longer: a hole, then bytes at the end
-			h := 1 + r.Int64N(3*rt25C)
-			ops = append(ops, rt25Op{k: 't', off: cur + h})
-			ops = append(ops, rt25Op{k: 'w', off: cur + h, data: rt25Rand(r, 1+r.Int64N(2*rt25C))})
+			h := 1 + r.Int64N(3*blobSumC)
+			ops = append(ops, blobSumOp{k: 't', off: cur + h})
+			ops = append(ops, blobSumOp{k: 'w', off: cur + h, data: blobSumRand(r, 1+r.Int64N(2*blobSumC))})
 		case p == 5: // out of order: past the end first, then the gap
-			g := 1 + r.Int64N(2*rt25C)
-			ops = append(ops, rt25Op{k: 'w', off: cur + g, data: rt25Rand(r, 1+r.Int64N(rt25C))})
-			ops = append(ops, rt25Op{k: 'w', off: cur, data: rt25Rand(r, g)})
+			g := 1 + r.Int64N(2*blobSumC)
+			ops = append(ops, blobSumOp{k: 'w', off: cur + g, data: blobSumRand(r, 1+r.Int64N(blobSumC))})
+			ops = append(ops, blobSumOp{k: 'w', off: cur, data: blobSumRand(r, g)})
 		case p == 6: // an fsync in the middle: later writes change a committed version
-			ops = append(ops, rt25Op{k: 's'})
-		case p == 7 && cur >= rt25C: // cell 0 again, the same bytes
-			ops = append(ops, rt25Op{k: 'w', off: 0, data: append([]byte{}, model[:rt25C]...)})
+			ops = append(ops, blobSumOp{k: 's'})
+		case p == 7 && cur >= blobSumC: // cell 0 again, the same bytes
+			ops = append(ops, blobSumOp{k: 'w', off: 0, data: append([]byte{}, model[:blobSumC]...)})
 		case p == 8 && cur > 0: // shorter, not regrown
-			ops = append(ops, rt25Op{k: 't', off: r.Int64N(cur)})
+			ops = append(ops, blobSumOp{k: 't', off: r.Int64N(cur)})
 		}
-		ops = append(ops, rt25Op{k: 'm'})
-		model = rt25Apply(nil, ops)
+		ops = append(ops, blobSumOp{k: 'm'})
+		model = blobSumApply(nil, ops)
 	}
 	return ops
 }
 
-// rt25Apply applies ops to model (nil: from an empty file).
-func rt25Apply(model []byte, ops []rt25Op) []byte {
+// blobSumApply applies ops to model (nil: from an empty file).
+func blobSumApply(model []byte, ops []blobSumOp) []byte {
 	for _, o := range ops {
 		switch o.k {
 		case 'w':
@@ -186,32 +187,32 @@ func rt25Apply(model []byte, ops []rt25Op) []byte {
 	return model
 }
 
-// rt25States is the sha256 of each marked state, and the final content.
-func rt25States(ops []rt25Op) ([]string, []byte) {
+// blobSumStates is the sha256 of each marked state, and the final content.
+func blobSumStates(ops []blobSumOp) ([]string, []byte) {
 	var states []string
 	var model []byte
 	for _, o := range ops {
-		model = rt25Apply(model, []rt25Op{o})
+		model = blobSumApply(model, []blobSumOp{o})
 		if o.k == 'm' {
-			states = append(states, rt25Hex(model))
+			states = append(states, blobSumHex(model))
 		}
 	}
 	return states, model
 }
 
-// rt25Gone reports an error of a mount whose daemon was killed.
-func rt25Gone(err error) bool {
+// blobSumGone reports an error of a mount whose daemon was killed.
+func blobSumGone(err error) bool {
 	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
 }
 
-func rt25Hex(b []byte) string {
+func blobSumHex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-// rt25Run runs ops on f; named, when the file is named by the sha256 of
+// blobSumRun runs ops on f; named, when the file is named by the sha256 of
 // final already, expects an fsync of any other content to fail with EIO.
-func rt25Run(f *os.File, ops []rt25Op, named string) error {
+func blobSumRun(f *os.File, ops []blobSumOp, named string) error {
 	var model []byte
 	for i, o := range ops {
 		switch o.k {
@@ -225,9 +226,9 @@ func rt25Run(f *os.File, ops []rt25Op, named string) error {
 			}
 		case 's':
 			err := f.Sync()
-			if named != "" && rt25Hex(model) != named {
-				if !errors.Is(err, syscall.EIO) && !rt25Gone(err) {
-					return fmt.Errorf("BUG op %d: fsync of %s holding %d bytes of sha256 %s: %v, want EIO", i, named, len(model), rt25Hex(model), err)
+			if named != "" && blobSumHex(model) != named {
+				if !errors.Is(err, syscall.EIO) && !blobSumGone(err) {
+					return fmt.Errorf("BUG op %d: fsync of %s holding %d bytes of sha256 %s: %v, want EIO", i, named, len(model), blobSumHex(model), err)
 				}
 			} else if err != nil {
 				return fmt.Errorf("op %d: fsync: %w", i, err)
@@ -235,20 +236,20 @@ func rt25Run(f *os.File, ops []rt25Op, named string) error {
 		case 'z':
 			time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 		}
-		model = rt25Apply(model, []rt25Op{o})
+		model = blobSumApply(model, []blobSumOp{o})
 	}
 	return nil
 }
 
-// rt25Read reads p in three ways (page cache, O_DIRECT, mmap) and
+// blobSumRead reads p in three ways (page cache, O_DIRECT, mmap) and
 // compares with want.
-func rt25Read(p string, want []byte) error {
+func blobSumRead(p string, want []byte) error {
 	check := func(how string, got []byte, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s: read %s: %w", how, p, err)
 		}
 		if !bytes.Equal(got, want) {
-			return fmt.Errorf("BUG %s: %s: %d bytes of sha256 %s, want %d bytes (first difference at %d)", how, p, len(got), rt25Hex(got), len(want), firstDiffB(got, want))
+			return fmt.Errorf("BUG %s: %s: %d bytes of sha256 %s, want %d bytes (first difference at %d)", how, p, len(got), blobSumHex(got), len(want), firstDiffB(got, want))
 		}
 		return nil
 	}
@@ -256,7 +257,7 @@ func rt25Read(p string, want []byte) error {
 	if err := check("page cache", got, err); err != nil {
 		return err
 	}
-	got, err = rt24ReadDirect(p, false)
+	got, err = reuseReadDirect(p, false)
 	if err := check("O_DIRECT", got, err); err != nil {
 		return err
 	}
@@ -272,8 +273,8 @@ func rt25Read(p string, want []byte) error {
 	return check("mmap", got, err)
 }
 
-// rt25Append appends a line to the log at p (one write, O_APPEND).
-func rt25Append(p, line string) {
+// blobSumAppend appends a line to the log at p (one write, O_APPEND).
+func blobSumAppend(p, line string) {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o666)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "log:", err)
@@ -283,20 +284,20 @@ func rt25Append(p, line string) {
 	f.Close()
 }
 
-// rt25Blob writes blob id into dir by its plan, as the engine does (tmp,
+// blobSumBlob writes blob id into dir by its plan, as the engine does (tmp,
 // fsync, close, rename) or in place under its final name (named), checks
 // the renames to earlier states' names fail, and reads it back from dir
 // and from other. It logs "D TMP H" once the last fsync returned and
 // "R H" once the rename and the directory's fsync did.
-func rt25Blob(dir, other string, id uint64, big, named bool, logPath string) error {
-	ops := rt25Plan(id, big, 5)
-	states, final := rt25States(ops)
-	h := rt25Hex(final)
+func blobSumBlob(dir, other string, id uint64, big, named bool, logPath string) error {
+	ops := blobSumPlan(id, big, 5)
+	states, final := blobSumStates(ops)
+	h := blobSumHex(final)
 	if len(final) == 0 {
 		// An empty file created and never written is not hashed, before
-		// 6bf1bdb too (TestRT25EmptyBlob); a truncation commits it.
+		// 6bf1bdb too (TestBlobSumEmptyBlob); a truncation commits it.
 		// Empty blobs of all writers share a name: none in place.
-		ops = append(ops, rt25Op{k: 't'})
+		ops = append(ops, blobSumOp{k: 't'})
 		named = false
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf("b%d.tmp", id))
@@ -315,7 +316,7 @@ func rt25Blob(dir, other string, id uint64, big, named bool, logPath string) err
 	if named {
 		expect = h
 	}
-	if err := rt25Run(f, ops, expect); err != nil {
+	if err := blobSumRun(f, ops, expect); err != nil {
 		f.Close()
 		return fmt.Errorf("blob %d (%s): %w", id, tmp, err)
 	}
@@ -324,7 +325,7 @@ func rt25Blob(dir, other string, id uint64, big, named bool, logPath string) err
 		return fmt.Errorf("blob %d: final fsync: %w", id, err)
 	}
 	if logPath != "" {
-		rt25Append(logPath, fmt.Sprintf("D %s %s", filepath.Base(tmp), h))
+		blobSumAppend(logPath, fmt.Sprintf("D %s %s", filepath.Base(tmp), h))
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("blob %d: close: %w", id, err)
@@ -335,14 +336,14 @@ func rt25Blob(dir, other string, id uint64, big, named bool, logPath string) err
 				continue
 			}
 			if err := os.Rename(tmp, filepath.Join(dir, s)); !errors.Is(err, syscall.EIO) {
-				if rt25Gone(err) {
+				if blobSumGone(err) {
 					return err
 				}
 				return fmt.Errorf("BUG blob %d: rename of %d bytes (sha256 %s) to an earlier state's sha256 %s: %v, want EIO", id, len(final), h, s, err)
 			}
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, h)); err != nil {
-			if rt25Gone(err) {
+			if blobSumGone(err) {
 				return err
 			}
 			return fmt.Errorf("BUG blob %d: rename of %d bytes to its sha256 %s: %w", id, len(final), h, err)
@@ -358,30 +359,30 @@ func rt25Blob(dir, other string, id uint64, big, named bool, logPath string) err
 		if err != nil {
 			return fmt.Errorf("fsync %s: %w", dir, err)
 		}
-		rt25Append(logPath, "R "+h)
+		blobSumAppend(logPath, "R "+h)
 	}
-	if err := rt25Read(filepath.Join(dir, h), final); err != nil {
+	if err := blobSumRead(filepath.Join(dir, h), final); err != nil {
 		return fmt.Errorf("blob %d: %w", id, err)
 	}
 	if other != "" {
-		if err := rt25Read(filepath.Join(other, h), final); err != nil {
+		if err := blobSumRead(filepath.Join(other, h), final); err != nil {
 			return fmt.Errorf("blob %d, adopted: %w", id, err)
 		}
 	}
 	return nil
 }
 
-// rt25MmapBlob writes blob id through a shared writable mapping of
+// blobSumMmapBlob writes blob id through a shared writable mapping of
 // dir/b<id>.tmp: sized by ftruncate, pages filled in random order, some
 // with other bytes first, msync, munmap, fsync, close, rename.
-func rt25MmapBlob(dir, other string, id uint64) error {
+func blobSumMmapBlob(dir, other string, id uint64) error {
 	r := rand.New(rand.NewPCG(id, 2525))
 	size := 1 + r.Int64N(3<<20)
 	if r.IntN(3) == 0 {
-		size = (1 + r.Int64N(40)) * rt25C
+		size = (1 + r.Int64N(40)) * blobSumC
 	}
-	final := rt25Rand(r, size)
-	first := rt25Hex(nil)
+	final := blobSumRand(r, size)
+	first := blobSumHex(nil)
 	tmp := filepath.Join(dir, fmt.Sprintf("m%d.tmp", id))
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
@@ -400,7 +401,7 @@ func rt25MmapBlob(dir, other string, id uint64) error {
 	for k, p := range order {
 		a, e := p*4096, min(int(size), p*4096+4096)
 		if r.IntN(5) == 0 {
-			copy(b[a:e], rt25Rand(r, int64(e-a)))
+			copy(b[a:e], blobSumRand(r, int64(e-a)))
 			if r.IntN(2) == 0 {
 				unix.Msync(b, unix.MS_SYNC) // written back, hashed, then changed
 			}
@@ -422,24 +423,24 @@ func rt25MmapBlob(dir, other string, id uint64) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	h := rt25Hex(final)
+	h := blobSumHex(final)
 	if err := os.Rename(tmp, filepath.Join(dir, first)); !errors.Is(err, syscall.EIO) {
 		return fmt.Errorf("BUG mmap blob %d: rename to the empty content's sha256: %v, want EIO", id, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, h)); err != nil {
 		return fmt.Errorf("BUG mmap blob %d: rename of %d bytes to its sha256: %w", id, size, err)
 	}
-	if err := rt25Read(filepath.Join(dir, h), final); err != nil {
+	if err := blobSumRead(filepath.Join(dir, h), final); err != nil {
 		return fmt.Errorf("mmap blob %d: %w", id, err)
 	}
-	return rt25Read(filepath.Join(other, h), final)
+	return blobSumRead(filepath.Join(other, h), final)
 }
 
 func init() {
-	// rt25-blobs DIR OTHER FIRST COUNT FLAGS LOG: write blobs FIRST..
+	// blobsum-write DIR OTHER FIRST COUNT FLAGS LOG: write blobs FIRST..
 	// FIRST+COUNT-1 (FLAGS: b big, n some in place under their names, m
 	// some through mmap; LOG "-" for none).
-	clients["rt25-blobs"] = func(args []string) error {
+	clients["blobsum-write"] = func(args []string) error {
 		dir, other := args[0], args[1]
 		first, _ := strconv.ParseUint(args[2], 10, 64)
 		count, _ := strconv.ParseUint(args[3], 10, 64)
@@ -451,10 +452,10 @@ func init() {
 			var err error
 			switch {
 			case strings.Contains(flags, "m") && id%4 == 0:
-				err = rt25MmapBlob(dir, other, id)
+				err = blobSumMmapBlob(dir, other, id)
 			default:
 				named := strings.Contains(flags, "n") && id%3 == 0
-				err = rt25Blob(dir, other, id, strings.Contains(flags, "b"), named, logPath)
+				err = blobSumBlob(dir, other, id, strings.Contains(flags, "b"), named, logPath)
 			}
 			if err != nil {
 				return err
@@ -462,10 +463,10 @@ func init() {
 		}
 		return nil
 	}
-	// rt25-verify DIR OTHER LOG STOP: until STOP exists, read every blob
+	// blobsum-verify DIR OTHER LOG STOP: until STOP exists, read every blob
 	// the log says was renamed, from DIR through O_DIRECT and from OTHER
 	// (adopted) through the page cache, and check its sha256.
-	clients["rt25-verify"] = func(args []string) error {
+	clients["blobsum-verify"] = func(args []string) error {
 		dir, other, logPath, stop := args[0], args[1], args[2], args[3]
 		seen, done := 0, 0
 		for {
@@ -488,15 +489,15 @@ func init() {
 					continue
 				}
 				for _, read := range []func() ([]byte, error){
-					func() ([]byte, error) { return rt24ReadDirect(filepath.Join(dir, h), false) },
+					func() ([]byte, error) { return reuseReadDirect(filepath.Join(dir, h), false) },
 					func() ([]byte, error) { return os.ReadFile(filepath.Join(other, h)) },
 				} {
 					got, err := read()
 					if err != nil {
 						return err
 					}
-					if rt25Hex(got) != h {
-						return fmt.Errorf("BUG blob %s reads back as %d bytes of sha256 %s", h, len(got), rt25Hex(got))
+					if blobSumHex(got) != h {
+						return fmt.Errorf("BUG blob %s reads back as %d bytes of sha256 %s", h, len(got), blobSumHex(got))
 					}
 					seen++
 				}
@@ -510,8 +511,8 @@ func init() {
 	}
 }
 
-// rt25Dirs makes a namespace's blocks directory and another's.
-func rt25Dirs(t *testing.T, m *mount) (string, string) {
+// blobSumDirs makes a namespace's blocks directory and another's.
+func blobSumDirs(t *testing.T, m *mount) (string, string) {
 	t.Helper()
 	ns, other := m.path("ns/base/blocks"), m.path("ns/other/blocks")
 	for _, d := range []string{ns, other} {
@@ -523,9 +524,9 @@ func rt25Dirs(t *testing.T, m *mount) (string, string) {
 	return ns, other
 }
 
-// rt25CheckAll checks, from another process (sha256sum), that every
+// blobSumCheckAll checks, from another process (sha256sum), that every
 // blob in dirs hashes to its name, and that every blob of want is there.
-func rt25CheckAll(t *testing.T, when string, want map[string]bool, dirs ...string) {
+func blobSumCheckAll(t *testing.T, when string, want map[string]bool, dirs ...string) {
 	t.Helper()
 	n := 0
 	for _, d := range dirs {
@@ -545,15 +546,15 @@ func rt25CheckAll(t *testing.T, when string, want map[string]bool, dirs ...strin
 	t.Logf("%s: %d names checked", when, n)
 }
 
-// rt25Stress runs writers (separate processes) and a verifier racing
+// blobSumStress runs writers (separate processes) and a verifier racing
 // them, then checks every blob in both namespaces, before and after a
 // remount.
-func rt25Stress(t *testing.T, m *mount, writers int, first, count uint64, flags string) {
+func blobSumStress(t *testing.T, m *mount, writers int, first, count uint64, flags string) {
 	t.Helper()
-	ns, other := rt25Dirs(t, m)
+	ns, other := blobSumDirs(t, m)
 	logPath := filepath.Join(t.TempDir(), "log")
 	stop := filepath.Join(t.TempDir(), "stop")
-	vd, vout := startClient(t, "rt25-verify", ns, other, logPath, stop)
+	vd, vout := startClient(t, "blobsum-verify", ns, other, logPath, stop)
 	var wg sync.WaitGroup
 	errs := make([]string, writers)
 	start := time.Now()
@@ -561,7 +562,7 @@ func rt25Stress(t *testing.T, m *mount, writers int, first, count uint64, flags 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := client("rt25-blobs", ns, other, fmt.Sprint(first+uint64(w)*count), fmt.Sprint(count), flags, logPath).CombinedOutput()
+			out, err := client("blobsum-write", ns, other, fmt.Sprint(first+uint64(w)*count), fmt.Sprint(count), flags, logPath).CombinedOutput()
 			if err != nil {
 				errs[w] = fmt.Sprintf("writer %d: %v\n%s", w, err, out)
 			}
@@ -589,47 +590,47 @@ func rt25Stress(t *testing.T, m *mount, writers int, first, count uint64, flags 
 			want[h] = true
 		}
 	}
-	rt25CheckAll(t, "mounted", want, ns, other)
+	blobSumCheckAll(t, "mounted", want, ns, other)
 	remount(t, m)
-	rt25CheckAll(t, "after a remount", want, ns, other)
+	blobSumCheckAll(t, "after a remount", want, ns, other)
 }
 
-// TestRT25WriterRace: six writer processes race the whole hasher with
+// TestBlobSumWriterRace: six writer processes race the whole hasher with
 // rewrites, truncations and holes, each blob renamed to the sha256 of its
 // final content (and refused the names of its earlier states), some
 // written in place under their final names (an fsync of any other
 // content fails), some through mmap; a verifier process reads every blob
 // as it lands.
-func TestRT25WriterRace(t *testing.T) {
+func TestBlobSumWriterRace(t *testing.T) {
 	m := newMount(t)
-	rt25Stress(t, m, 6, 1000, 15, "nm")
+	blobSumStress(t, m, 6, 1000, 15, "nm")
 }
 
-// TestRT25WritebackCache: the same with the kernel's writeback cache,
+// TestBlobSumWritebackCache: the same with the kernel's writeback cache,
 // which sends the writes in pages and out of order.
-func TestRT25WritebackCache(t *testing.T) {
+func TestBlobSumWritebackCache(t *testing.T) {
 	m := newMount(t, "-o", "writeback_cache")
-	ns, _ := rt25Dirs(t, m)
-	rt25Stress(t, m, 4, 5000, 15, "m")
+	ns, _ := blobSumDirs(t, m)
+	blobSumStress(t, m, 4, 5000, 15, "m")
 	_ = ns
 }
 
-// TestRT25Big: blobs past 1 MiB (a spool file) and past 16 MiB (adopted
+// TestBlobSumBig: blobs past 1 MiB (a spool file) and past 16 MiB (adopted
 // as packs), with the same changes.
-func TestRT25Big(t *testing.T) {
+func TestBlobSumBig(t *testing.T) {
 	m := newMount(t)
-	rt25Stress(t, m, 3, 9000, 12, "bn")
+	blobSumStress(t, m, 3, 9000, 12, "bn")
 }
 
-// TestRT25KillDaemon: SIGKILL of the daemon while four writers commit
+// TestBlobSumKillDaemon: SIGKILL of the daemon while four writers commit
 // blobs (some in place under their names, fsyncs in the middle). After
 // each kill, every blob whose last fsync returned is in the store under
 // its tmp name or its sha256 and holds exactly its content, every name
 // of a sha256 in either blocks directory holds content of that sha256,
 // and the store checks clean.
-func TestRT25KillDaemon(t *testing.T) {
+func TestBlobSumKillDaemon(t *testing.T) {
 	m := newMount(t)
-	ns, other := rt25Dirs(t, m)
+	ns, other := blobSumDirs(t, m)
 	rel := func(p string) string { return strings.TrimPrefix(p, m.mnt+"/") }
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 25))
 	first := uint64(200000)
@@ -643,7 +644,7 @@ func TestRT25KillDaemon(t *testing.T) {
 		var cmds []*exec.Cmd
 		var outs []*bytes.Buffer
 		for w := range 4 {
-			c, out := startClient(t, "rt25-blobs", ns, other, fmt.Sprint(first+uint64(w)*10000), "10000", "n", logPath)
+			c, out := startClient(t, "blobsum-write", ns, other, fmt.Sprint(first+uint64(w)*10000), "10000", "n", logPath)
 			cmds, outs = append(cmds, c), append(outs, out)
 		}
 		first += 100000
@@ -688,9 +689,9 @@ func TestRT25KillDaemon(t *testing.T) {
 				s.Close()
 				t.Fatalf("round %d: blob %s, fsynced as %s (renamed: %v), is lost: %v", round, h, tmp, renamed[h], err)
 			}
-			if rt25Hex(got) != h {
+			if blobSumHex(got) != h {
 				s.Close()
-				t.Fatalf("round %d: blob %s, fsynced as %s: %d bytes of sha256 %s", round, h, tmp, len(got), rt25Hex(got))
+				t.Fatalf("round %d: blob %s, fsynced as %s: %d bytes of sha256 %s", round, h, tmp, len(got), blobSumHex(got))
 			}
 		}
 		for _, d := range []string{ns, other} {
@@ -704,7 +705,7 @@ func TestRT25KillDaemon(t *testing.T) {
 					continue
 				}
 				got, err := readStored(s, rel(filepath.Join(d, e.Name)))
-				if err == nil && len(got) == 0 && d == ns && !fsynced[e.Name] && e.Name != rt25Hex(nil) {
+				if err == nil && len(got) == 0 && d == ns && !fsynced[e.Name] && e.Name != blobSumHex(nil) {
 					// Created in place under its name, not yet written
 					// when the daemon died: an empty file under the
 					// name, as while it was written. It must not be
@@ -712,9 +713,9 @@ func TestRT25KillDaemon(t *testing.T) {
 					cut = append(cut, e.Name)
 					continue
 				}
-				if err != nil || rt25Hex(got) != e.Name {
+				if err != nil || blobSumHex(got) != e.Name {
 					s.Close()
-					t.Fatalf("round %d: %s/%s: %d bytes of sha256 %s (%v)", round, rel(d), e.Name, len(got), rt25Hex(got), err)
+					t.Fatalf("round %d: %s/%s: %d bytes of sha256 %s (%v)", round, rel(d), e.Name, len(got), blobSumHex(got), err)
 				}
 			}
 		}
@@ -735,16 +736,16 @@ func TestRT25KillDaemon(t *testing.T) {
 		}
 	}
 	t.Logf("%d blobs cut by the kills while written in place", len(cut))
-	rt25CheckAll(t, "after the kills", nil, ns, other)
+	blobSumCheckAll(t, "after the kills", nil, ns, other)
 }
 
-// TestRT25OtherUser: an unprivileged user and root write blobs into the
+// TestBlobSumOtherUser: an unprivileged user and root write blobs into the
 // same blocks directory of an allow_other mount at once.
-func TestRT25OtherUser(t *testing.T) {
+func TestBlobSumOtherUser(t *testing.T) {
 	u := otherUser(t)
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
-	ns, other := rt25Dirs(t, m)
+	ns, other := blobSumDirs(t, m)
 	for _, d := range []string{m.path("ns"), m.path("ns/base"), m.path("ns/other")} {
 		os.Chmod(d, 0o777)
 	}
@@ -754,11 +755,11 @@ func TestRT25OtherUser(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		uout, uerr = u.client(t, "rt25-blobs", ns, other, "30000", "15", "nm", "-").CombinedOutput()
+		uout, uerr = u.client(t, "blobsum-write", ns, other, "30000", "15", "nm", "-").CombinedOutput()
 	}()
 	go func() {
 		defer wg.Done()
-		rout, rerr = client("rt25-blobs", ns, other, "31000", "15", "nm", "-").CombinedOutput()
+		rout, rerr = client("blobsum-write", ns, other, "31000", "15", "nm", "-").CombinedOutput()
 	}()
 	wg.Wait()
 	if uerr != nil {
@@ -770,25 +771,25 @@ func TestRT25OtherUser(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	rt25CheckAll(t, "mounted", nil, ns, other)
+	blobSumCheckAll(t, "mounted", nil, ns, other)
 	remount(t, m, "-o", "allow_other")
-	rt25CheckAll(t, "after a remount", nil, ns, other)
+	blobSumCheckAll(t, "after a remount", nil, ns, other)
 }
 
-// TestRT25Names: a file whose name changes between its writes and its
+// TestBlobSumNames: a file whose name changes between its writes and its
 // commit, and second versions of a blob. The property checked throughout:
 // a name of a sha256 in a blocks directory never holds other content, and
 // a blob written whole and renamed to its sha256 gets it.
-func TestRT25Names(t *testing.T) {
+func TestBlobSumNames(t *testing.T) {
 	m := newMount(t)
-	ns, other := rt25Dirs(t, m)
+	ns, other := blobSumDirs(t, m)
 	plain := m.path("ns/plain")
 	os.MkdirAll(plain, 0o755)
 	r := rand.New(rand.NewPCG(77, 25))
-	blob := func(n int64) ([]byte, string) { b := rt25Rand(r, n); return b, rt25Hex(b) }
+	blob := func(n int64) ([]byte, string) { b := blobSumRand(r, n); return b, blobSumHex(b) }
 	mustRead := func(p string, want []byte) {
 		t.Helper()
-		if err := rt25Read(p, want); err != nil {
+		if err := blobSumRead(p, want); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -822,29 +823,29 @@ func TestRT25Names(t *testing.T) {
 	// with other bytes, each cell written whole once as before: the cells
 	// made again have the generation of those hashed (only their identity
 	// tells them apart).
-	for _, size := range []int64{2 * rt25C, 5 * rt25C, 40 * rt25C, 40*rt25C + 9} {
-		a := rt25Rand(r, size)
+	for _, size := range []int64{2 * blobSumC, 5 * blobSumC, 40 * blobSumC, 40*blobSumC + 9} {
+		a := blobSumRand(r, size)
 		f := write(filepath.Join(ns, "c.tmp"), os.O_TRUNC, a, 0, false)
 		time.Sleep(50 * time.Millisecond)
-		if err := f.Truncate(rt25C); err != nil {
+		if err := f.Truncate(blobSumC); err != nil {
 			t.Fatal(err)
 		}
-		b := append(append([]byte{}, a[:rt25C]...), rt25Rand(r, size-rt25C)...)
-		if _, err := f.WriteAt(b[rt25C:], rt25C); err != nil {
+		b := append(append([]byte{}, a[:blobSumC]...), blobSumRand(r, size-blobSumC)...)
+		if _, err := f.WriteAt(b[blobSumC:], blobSumC); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
-		if err := renameTo(filepath.Join(ns, "c.tmp"), rt25Hex(a), b); err == nil {
+		if err := renameTo(filepath.Join(ns, "c.tmp"), blobSumHex(a), b); err == nil {
 			t.Fatalf("BUG: %d bytes cut at a cell and regrown took the sha256 of their first content", size)
 		}
-		if err := renameTo(filepath.Join(ns, "c.tmp"), rt25Hex(b), b); err != nil {
+		if err := renameTo(filepath.Join(ns, "c.tmp"), blobSumHex(b), b); err != nil {
 			t.Fatalf("BUG: %d bytes cut at a cell and regrown: rename to their sha256: %v", size, err)
 		}
 	}
-	for _, size := range []int64{1, rt25C, 3*rt25C + 5, 2 << 20} {
+	for _, size := range []int64{1, blobSumC, 3*blobSumC + 5, 2 << 20} {
 		// Written as a plain file, renamed into blocks before its fsync.
 		a, ha := blob(size)
 		f := write(filepath.Join(plain, "x"), os.O_TRUNC, a, 0, false)
@@ -870,7 +871,7 @@ func TestRT25Names(t *testing.T) {
 		if size/2+15 > size {
 			b = append(b[:size/2], "changed outside"...)
 		}
-		hb2 := rt25Hex(b)
+		hb2 := blobSumHex(b)
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -897,7 +898,7 @@ func TestRT25Names(t *testing.T) {
 		if err == nil {
 			// The content must not be under the wrong name.
 			if got, rerr := os.ReadFile(filepath.Join(ns, wrong)); rerr == nil && len(got) > 0 {
-				t.Fatalf("BUG: %s holds %d bytes of sha256 %s", wrong, len(got), rt25Hex(got))
+				t.Fatalf("BUG: %s holds %d bytes of sha256 %s", wrong, len(got), blobSumHex(got))
 			}
 			os.Remove(filepath.Join(ns, wrong))
 		} else {
@@ -922,12 +923,12 @@ func TestRT25Names(t *testing.T) {
 		// a base, the new content's sum is the whole file's.
 		d, _ := blob(size)
 		f = write(filepath.Join(ns, "w.tmp"), os.O_TRUNC, d, 0, true)
-		hd1 := rt25Hex(d)
-		more := rt25Rand(r, rt25C+3)
+		hd1 := blobSumHex(d)
+		more := blobSumRand(r, blobSumC+3)
 		if _, err := f.WriteAt(more, size/3); err != nil {
 			t.Fatal(err)
 		}
-		d2 := rt25Apply(append([]byte{}, d...), []rt25Op{{k: 'w', off: size / 3, data: more}})
+		d2 := blobSumApply(append([]byte{}, d...), []blobSumOp{{k: 'w', off: size / 3, data: more}})
 		if err := f.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -935,7 +936,7 @@ func TestRT25Names(t *testing.T) {
 		if err := renameTo(filepath.Join(ns, "w.tmp"), hd1, d2); err == nil {
 			t.Fatalf("BUG: a blob changed after its first fsync took the first content's sha256")
 		}
-		if err := renameTo(filepath.Join(ns, "w.tmp"), rt25Hex(d2), d2); err != nil {
+		if err := renameTo(filepath.Join(ns, "w.tmp"), blobSumHex(d2), d2); err != nil {
 			t.Fatalf("a blob changed after its first fsync: rename to its sha256: %v", err)
 		}
 
@@ -984,12 +985,12 @@ func TestRT25Names(t *testing.T) {
 		f.Close()
 		mustRead(filepath.Join(ns, he3), e3)
 	}
-	rt25CheckAll(t, "mounted", nil, ns, other)
+	blobSumCheckAll(t, "mounted", nil, ns, other)
 	remount(t, m)
-	rt25CheckAll(t, "after a remount", nil, ns, other)
+	blobSumCheckAll(t, "after a remount", nil, ns, other)
 }
 
-// TestRT25EmptyBlob: the empty blob, created and never written, or written
+// TestBlobSumEmptyBlob: the empty blob, created and never written, or written
 // and cut to nothing: renamed to the sha256 of no bytes, and found by
 // lookup from another namespace.
 //
@@ -999,10 +1000,10 @@ func TestRT25Names(t *testing.T) {
 // committed already (fs/file.go openWriter: a new empty file's spool is
 // not modified), so no commit ever sets its Blob, and checkBlobName
 // (store/path.go) refuses it.
-func TestRT25EmptyBlob(t *testing.T) {
+func TestBlobSumEmptyBlob(t *testing.T) {
 	m := newMount(t)
-	ns, other := rt25Dirs(t, m)
-	empty := rt25Hex(nil)
+	ns, other := blobSumDirs(t, m)
+	empty := blobSumHex(nil)
 	for _, how := range []string{"never written", "written then cut", "ftruncate 0 only", "created under its name"} {
 		tmp := filepath.Join(ns, "e.tmp")
 		if how == "created under its name" {
@@ -1029,10 +1030,10 @@ func TestRT25EmptyBlob(t *testing.T) {
 			os.Remove(tmp)
 			continue
 		}
-		if err := rt25Read(filepath.Join(ns, empty), []byte{}); err != nil {
+		if err := blobSumRead(filepath.Join(ns, empty), []byte{}); err != nil {
 			t.Errorf("%s: %v", how, err)
 		}
-		if err := rt25Read(filepath.Join(other, empty), []byte{}); err != nil {
+		if err := blobSumRead(filepath.Join(other, empty), []byte{}); err != nil {
 			t.Errorf("%s: adopted from another namespace: %v", how, err)
 		}
 		os.Remove(filepath.Join(ns, empty))

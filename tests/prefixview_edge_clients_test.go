@@ -19,11 +19,13 @@ import (
 	"github.com/kvfs/kvfs/mlx"
 )
 
+// The client processes of prefixview_edge_test.go.
+
 func init() {
-	// rt11readloop VIEW SECONDS REF...: like prefixreadloop, but goes on
+	// view-readloop VIEW SECONDS REF...: like prefixreadloop, but goes on
 	// after a failure, and prints counts: reads, errors by errno, reads
 	// that are none of the REFs (mixed), and the first of each.
-	clients["rt11readloop"] = func(args []string) error {
+	clients["view-readloop"] = func(args []string) error {
 		secs, _ := strconv.ParseFloat(args[1], 64)
 		var refs [][]byte
 		for _, p := range args[2:] {
@@ -65,9 +67,9 @@ func init() {
 		for _, f := range first {
 			fmt.Println(f)
 		}
-		// RT11_ALLOW lists errors (errno texts, comma-separated) the
+		// VIEW_READLOOP_ALLOW lists errors (errno texts, comma-separated) the
 		// case accepts; mixed reads never are.
-		allowed := strings.Split(os.Getenv("RT11_ALLOW"), ",")
+		allowed := strings.Split(os.Getenv("VIEW_READLOOP_ALLOW"), ",")
 		for k := range errs {
 			if slices.Contains(allowed, k) {
 				delete(errs, k)
@@ -81,11 +83,11 @@ func init() {
 }
 
 func init() {
-	// rt11churn DIR SEEDBASE: write tiny 600-token snapshots as the engine
+	// index-churn DIR SEEDBASE: write tiny 600-token snapshots as the engine
 	// does (NAME.mlxkv.tmp, then rename) over DIR/s0..s7.mlxkv, and remove
 	// some, until killed. Seeds grow from SEEDBASE, so each snapshot's
 	// tokens (and keys) are its own.
-	clients["rt11churn"] = func(args []string) error {
+	clients["index-churn"] = func(args []string) error {
 		base, _ := strconv.ParseUint(args[1], 10, 64)
 		for i := uint64(0); ; i++ {
 			seed := base + i
@@ -107,10 +109,10 @@ func init() {
 }
 
 func init() {
-	// rt11pread VIEW REF COUNT: pread VIEW at COUNT random offsets and
+	// view-pread VIEW REF COUNT: pread VIEW at COUNT random offsets and
 	// lengths (unaligned, across chunk and block boundaries, past EOF)
 	// and compare each with REF.
-	clients["rt11pread"] = func(args []string) error {
+	clients["view-pread"] = func(args []string) error {
 		want, err := os.ReadFile(args[1])
 		if err != nil {
 			return err
@@ -147,10 +149,10 @@ func init() {
 }
 
 func init() {
-	// rt11rewrite LAYOUT PATH SECONDS: write tiny 600-token snapshots of
+	// view-rewrite LAYOUT PATH SECONDS: write tiny 600-token snapshots of
 	// seeds 1 and 2 in turn over PATH, as the engine does (.tmp, rename),
 	// for SECONDS. Prints the number of writes.
-	clients["rt11rewrite"] = func(args []string) error {
+	clients["view-rewrite"] = func(args []string) error {
 		secs, _ := strconv.ParseFloat(args[2], 64)
 		var hs []*mlx.Header
 		var ts [][]mlx.Tensor
@@ -174,10 +176,10 @@ func init() {
 }
 
 func init() {
-	// rt11plant PATH: write a snapshot of the tiny model holding the first
+	// zero-snapshot PATH: write a snapshot of the tiny model holding the first
 	// 700 of the tokens of seed 1, with every tensor byte zero (not the
 	// cache those tokens make).
-	clients["rt11plant"] = func(args []string) error {
+	clients["zero-snapshot"] = func(args []string) error {
 		h, tensors := snapgen.Tiny.Snapshot(snapgen.Tokens(800, 1)[:700])
 		for i, t := range tensors {
 			n := int64(t.DType.Size())

@@ -10,14 +10,18 @@ import (
 	"testing"
 )
 
-// Tests of the second red-team round on issue 8.
+// Who reaches what through the view tree and adopted blocks: root's lookup
+// adopts a block for a directory's owner only if the owner may read it, a
+// held view directory keeps working after a rename above it, and the view
+// tree's entries are read-only (EROFS). Found by the second red-team round
+// on issue 8.
 
-// TestRedteamRootAdoptsOnlyWhatOwnerMayRead: root's lookup of a block in a
+// TestRootAdoptsOnlyWhatOwnerMayRead: root's lookup of a block in a
 // user's blocks directory (a backup tool's stat, a find through the whole
 // view of the user's snapshot) adopts it for the directory's owner only if
 // that owner could read it: a block of root's in a 0700 directory stays
 // out of the user's reach.
-func TestRedteamRootAdoptsOnlyWhatOwnerMayRead(t *testing.T) {
+func TestRootAdoptsOnlyWhatOwnerMayRead(t *testing.T) {
 	u := otherUser(t)
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
@@ -37,13 +41,13 @@ func TestRedteamRootAdoptsOnlyWhatOwnerMayRead(t *testing.T) {
 	}
 }
 
-// TestRedteamHeldViewDeepAndRenamed: the view tree checks each directory
+// TestViewTreeHeldDeepAndRenamed: the view tree checks each directory
 // at its own place (constant time, not the depth), so a view directory
 // held open keeps working after a directory above it is renamed, as on a
 // local disk; a deep tree's view is walked at the plain tree's pace (its
 // cost grew with the depth cubed); a chmod of the held directory itself
 // still shuts the other user out.
-func TestRedteamHeldViewDeepAndRenamed(t *testing.T) {
+func TestViewTreeHeldDeepAndRenamed(t *testing.T) {
 	u := otherUser(t)
 	m := newMount(t, "-o", "allow_other")
 	m.openToOthers(t)
@@ -82,9 +86,9 @@ func TestRedteamHeldViewDeepAndRenamed(t *testing.T) {
 	}
 }
 
-// TestRedteamViewReadOnly: chmod, chown and truncate of the view tree's
+// TestViewTreeReadOnly: chmod, chown and truncate of the view tree's
 // entries are EROFS, as on a read-only mount (they were ENOTSUP).
-func TestRedteamViewReadOnly(t *testing.T) {
+func TestViewTreeReadOnly(t *testing.T) {
 	m := newMount(t)
 	sh(t, fmt.Sprintf("mkdir %[1]s/d && echo x > %[1]s/d/f", m.mnt))
 	for _, cmd := range []string{"chmod 600 %s/.kvfs/whole/d/f", "chown 1:1 %s/.kvfs/whole/d", "chmod 700 %s/.kvfs", "truncate -s 0 %s/.kvfs/whole/d/f"} {

@@ -29,37 +29,38 @@ import (
 	"github.com/kvfs/kvfs/store"
 )
 
-// Red team 24: the buffers of spools in memory and of the journal's data
-// records come from a pool (internal/bufpool) and are reused. A buffer
-// reused while anything still reads it shows as bytes of another file.
+// Reuse of buffers under load: the buffers of spools in memory and of the
+// journal's data records come from a pool (internal/bufpool) and are
+// reused. A buffer reused while anything still reads it shows as bytes of
+// another file. (Found by red team 24.)
 //
 // Every file of these tests is written from two patterns of its own id:
 // F (its final bytes) and G = F^0x80 (bytes overwritten later), both never
 // zero. So at any moment, through any handle, every byte of any file is
 // 0, F[i] or G[i]; a byte of another file's buffer fails that with
 // probability 253/256. Each file's operations are a pure function of its
-// id (rt24Plan), so a reader knows what a committed file must hold.
+// id (reusePlan), so a reader knows what a committed file must hold.
 
-// rt24Op is one step of a file's plan.
-type rt24Op struct {
+// reuseOp is one step of a file's plan.
+type reuseOp struct {
 	k      byte // w: write F[off:off+n]; g: write G[...]; t: ftruncate(off); s: fsync; R: reopen; T: reopen O_TRUNC; m: rename while open; u: unlink while open; c: check
 	off, n int64
 }
 
 const (
-	rt24KindBlock = iota
-	rt24KindGrow
-	rt24KindTruncRegrow
-	rt24KindOTrunc
-	rt24KindRewrite
-	rt24KindRenamed
-	rt24KindUnlinked
-	rt24KindHoles
-	rt24Kinds
+	reuseKindBlock = iota
+	reuseKindGrow
+	reuseKindTruncRegrow
+	reuseKindOTrunc
+	reuseKindRewrite
+	reuseKindRenamed
+	reuseKindUnlinked
+	reuseKindHoles
+	reuseKinds
 )
 
-// rt24Pattern is F for id, n bytes, never zero.
-func rt24Pattern(id uint64, n int64) []byte {
+// reusePattern is F for id, n bytes, never zero.
+func reusePattern(id uint64, n int64) []byte {
 	r := rand.New(rand.NewPCG(id, 0x5eed))
 	b := make([]byte, (n+7)&^7)
 	for i := 0; i < len(b); i += 8 {
@@ -71,8 +72,8 @@ func rt24Pattern(id uint64, n int64) []byte {
 	return b[:n]
 }
 
-// rt24Size is a size: mostly small and unaligned, some past 1 MiB.
-func rt24Size(r *rand.Rand) int64 {
+// reuseSize is a size: mostly small and unaligned, some past 1 MiB.
+func reuseSize(r *rand.Rand) int64 {
 	switch x := r.IntN(100); {
 	case x < 45:
 		return 1 + r.Int64N(300<<10)
@@ -86,7 +87,7 @@ func rt24Size(r *rand.Rand) int64 {
 }
 
 // pieces cuts [a, b) into unaligned pieces, in order.
-func rt24Pieces(r *rand.Rand, a, b int64, maxPiece int64) [][2]int64 {
+func reusePieces(r *rand.Rand, a, b int64, maxPiece int64) [][2]int64 {
 	var out [][2]int64
 	for a < b {
 		n := min(b-a, 1+r.Int64N(maxPiece))
@@ -96,17 +97,17 @@ func rt24Pieces(r *rand.Rand, a, b int64, maxPiece int64) [][2]int64 {
 	return out
 }
 
-// rt24Plan is the kind and the operations of file id, and the length of
+// reusePlan is the kind and the operations of file id, and the length of
 // the patterns it uses.
-func rt24Plan(id uint64) (int, []rt24Op, int64) {
+func reusePlan(id uint64) (int, []reuseOp, int64) {
 	r := rand.New(rand.NewPCG(id, 77))
-	kind := int(id % rt24Kinds)
-	n := rt24Size(r)
+	kind := int(id % reuseKinds)
+	n := reuseSize(r)
 	maxLen := n
-	var ops []rt24Op
-	add := func(k byte, off, n int64) { ops = append(ops, rt24Op{k, off, n}) }
+	var ops []reuseOp
+	add := func(k byte, off, n int64) { ops = append(ops, reuseOp{k, off, n}) }
 	writeAll := func(k byte, a, b int64, shuffle bool) {
-		ps := rt24Pieces(r, a, b, []int64{4096, 40000, 200000}[r.IntN(3)])
+		ps := reusePieces(r, a, b, []int64{4096, 40000, 200000}[r.IntN(3)])
 		if shuffle {
 			r.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 		}
@@ -118,18 +119,18 @@ func rt24Plan(id uint64) (int, []rt24Op, int64) {
 		}
 	}
 	switch kind {
-	case rt24KindBlock:
+	case reuseKindBlock:
 		if r.IntN(3) == 0 {
 			writeAll('g', 0, n, true)
 		}
 		writeAll('w', 0, n, true)
-	case rt24KindGrow:
+	case reuseKindGrow:
 		// In order, growing past the bound of a spool in memory in
 		// part of them (spill), read back as it grows.
 		n = 700<<10 + r.Int64N(700<<10)
 		maxLen = n
 		writeAll('w', 0, n, false)
-	case rt24KindTruncRegrow:
+	case reuseKindTruncRegrow:
 		writeAll('w', 0, n, r.IntN(2) == 0)
 		m := r.Int64N(n + 1)
 		add('t', m, 0)
@@ -154,36 +155,36 @@ func rt24Plan(id uint64) (int, []rt24Op, int64) {
 			add('t', n2, 0)
 			add('c', 0, 0)
 		}
-	case rt24KindOTrunc:
+	case reuseKindOTrunc:
 		writeAll('g', 0, n, true)
 		add('s', 0, 0)
 		add('T', 0, 0)
 		add('c', 0, 0)
-		n2 := rt24Size(r)
+		n2 := reuseSize(r)
 		if n2 > maxLen {
 			maxLen = n2
 		}
 		writeAll('w', 0, n2, true)
-	case rt24KindRewrite:
+	case reuseKindRewrite:
 		writeAll('g', 0, n, false)
 		add('s', 0, 0)
 		if r.IntN(2) == 0 {
 			add('R', 0, 0) // a new spool over the committed version
 		}
 		writeAll('w', 0, n, true)
-	case rt24KindRenamed:
+	case reuseKindRenamed:
 		h := n / 2
 		writeAll('w', 0, h, true)
 		add('m', 0, 0)
 		writeAll('w', h, n, true)
-	case rt24KindUnlinked:
+	case reuseKindUnlinked:
 		writeAll('g', 0, n, true)
 		if r.IntN(2) == 0 {
 			add('s', 0, 0)
 		}
 		add('u', 0, 0)
 		writeAll('w', 0, n, true)
-	case rt24KindHoles:
+	case reuseKindHoles:
 		// Scattered ranges; the rest are holes.
 		for range 1 + r.IntN(12) {
 			a := r.Int64N(n)
@@ -199,8 +200,8 @@ func rt24Plan(id uint64) (int, []rt24Op, int64) {
 	return kind, ops, maxLen
 }
 
-// rt24Apply applies a write or truncation to the model.
-func rt24Apply(model []byte, o rt24Op, F []byte) []byte {
+// reuseApply applies a write or truncation to the model.
+func reuseApply(model []byte, o reuseOp, F []byte) []byte {
 	switch o.k {
 	case 'w', 'g':
 		if end := o.off + o.n; end > int64(len(model)) {
@@ -226,25 +227,25 @@ func rt24Apply(model []byte, o rt24Op, F []byte) []byte {
 	return model
 }
 
-// rt24Model is file id's committed content, nil if it is unlinked.
-func rt24Model(id uint64) []byte {
-	kind, ops, maxLen := rt24Plan(id)
-	if kind == rt24KindUnlinked {
+// reuseModel is file id's committed content, nil if it is unlinked.
+func reuseModel(id uint64) []byte {
+	kind, ops, maxLen := reusePlan(id)
+	if kind == reuseKindUnlinked {
 		return nil
 	}
-	F := rt24Pattern(id, maxLen)
+	F := reusePattern(id, maxLen)
 	var model []byte
 	for _, o := range ops {
-		model = rt24Apply(model, o, F)
+		model = reuseApply(model, o, F)
 	}
 	return model
 }
 
-// rt24Legal checks that every byte of b (read at off of file id) is 0,
+// reuseLegal checks that every byte of b (read at off of file id) is 0,
 // F or G; it returns the first bad offset, or -1.
-func rt24Legal(id uint64, b []byte, off int64) int64 {
-	_, _, maxLen := rt24Plan(id)
-	F := rt24Pattern(id, maxLen)
+func reuseLegal(id uint64, b []byte, off int64) int64 {
+	_, _, maxLen := reusePlan(id)
+	F := reusePattern(id, maxLen)
 	for i, v := range b {
 		p := off + int64(i)
 		if v == 0 {
@@ -257,10 +258,10 @@ func rt24Legal(id uint64, b []byte, off int64) int64 {
 	return -1
 }
 
-// rt24ReadDirect reads the whole file at p through an O_DIRECT descriptor
+// reuseReadDirect reads the whole file at p through an O_DIRECT descriptor
 // (every byte from the daemon, none from the page cache), or through the
 // page cache if cached.
-func rt24ReadDirect(p string, cached bool) ([]byte, error) {
+func reuseReadDirect(p string, cached bool) ([]byte, error) {
 	flags := os.O_RDONLY
 	if !cached {
 		flags |= syscall.O_DIRECT
@@ -270,12 +271,12 @@ func rt24ReadDirect(p string, cached bool) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return rt24ReadFD(f)
+	return reuseReadFD(f)
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-func rt24ReadFD(f *os.File) ([]byte, error) {
+func reuseReadFD(f *os.File) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -300,15 +301,15 @@ func rt24ReadFD(f *os.File) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// rt24Write runs the plan of file id under dir: it returns a description
+// reuseWrite runs the plan of file id under dir: it returns a description
 // of the first mismatch that a check of its own found. log, when set,
 // gets "D PATH ID" once the file's last fsync returned and "R PATH ID" once
 // it is renamed into place.
-func rt24Write(dir string, id uint64, log func(string), direct bool) (err error) {
-	kind, ops, maxLen := rt24Plan(id)
-	F := rt24Pattern(id, maxLen)
+func reuseWrite(dir string, id uint64, log func(string), direct bool) (err error) {
+	kind, ops, maxLen := reusePlan(id)
+	F := reusePattern(id, maxLen)
 	tdir := filepath.Join(dir, "t")
-	if kind == rt24KindBlock {
+	if kind == reuseKindBlock {
 		tdir = filepath.Join(dir, "b", "blocks")
 	}
 	path := filepath.Join(tdir, fmt.Sprintf("%d.tmp", id))
@@ -378,7 +379,7 @@ func rt24Write(dir string, id uint64, log func(string), direct bool) (err error)
 				}
 				got = got[:n]
 			} else {
-				got, err = rt24ReadDirect(path, !direct)
+				got, err = reuseReadDirect(path, !direct)
 			}
 			if err != nil {
 				return fmt.Errorf("id %d op %d: check: %w", id, i, err)
@@ -388,7 +389,7 @@ func rt24Write(dir string, id uint64, log func(string), direct bool) (err error)
 					id, kind, i, ops[max(i-1, 0)].k, ops[max(i-1, 0)].off, ops[max(i-1, 0)].n, len(got), len(model), j, at(got, j), at(model, j), at(F, j))
 			}
 		}
-		model = rt24Apply(model, o, F)
+		model = reuseApply(model, o, F)
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("id %d: fsync: %w", id, err)
@@ -405,7 +406,7 @@ func rt24Write(dir string, id uint64, log func(string), direct bool) (err error)
 		return nil
 	}
 	final := filepath.Join(dir, "f", fmt.Sprint(id))
-	if kind == rt24KindBlock {
+	if kind == reuseKindBlock {
 		sum := sha256.Sum256(model)
 		final = filepath.Join(dir, "b", "blocks", hex.EncodeToString(sum[:]))
 	}
@@ -415,7 +416,7 @@ func rt24Write(dir string, id uint64, log func(string), direct bool) (err error)
 	if log != nil {
 		log(fmt.Sprintf("R %s %d", final, id))
 	}
-	got, err := rt24ReadDirect(final, !direct)
+	got, err := reuseReadDirect(final, !direct)
 	if err != nil {
 		return fmt.Errorf("id %d: read back: %w", id, err)
 	}
@@ -446,11 +447,11 @@ func firstDiffB(a, b []byte) int {
 	return -1
 }
 
-// rt24Verify checks a file name under dir: a final file against its
+// reuseVerify checks a file name under dir: a final file against its
 // model (f/ID) or its name (b/blocks/SHA256), a file being written
 // (*.tmp, *.tmp2) byte by byte against its patterns. It returns the bytes
 // checked; a file that went meanwhile counts none.
-func rt24Verify(p string, mode int) (int64, error) {
+func reuseVerify(p string, mode int) (int64, error) {
 	name := filepath.Base(p)
 	if mode == 2 && strings.Contains(name, ".tmp") {
 		mode = 0 // a mapping of a file that shrinks faults
@@ -459,9 +460,9 @@ func rt24Verify(p string, mode int) (int64, error) {
 	var err error
 	switch mode {
 	case 0, 1:
-		got, err = rt24ReadDirect(p, mode == 1)
+		got, err = reuseReadDirect(p, mode == 1)
 	case 2:
-		got, err = rt24Mmap(p)
+		got, err = reuseMmap(p)
 	}
 	if errors.Is(err, iofs.ErrNotExist) {
 		return 0, nil
@@ -472,7 +473,7 @@ func rt24Verify(p string, mode int) (int64, error) {
 	switch {
 	case strings.HasSuffix(name, ".tmp") || strings.HasSuffix(name, ".tmp2"):
 		id, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSuffix(name, "2"), ".tmp"), 10, 64)
-		if j := rt24Legal(id, got, 0); j >= 0 {
+		if j := reuseLegal(id, got, 0); j >= 0 {
 			return 0, fmt.Errorf("%s (being written, mode %d): byte %d of %d is %#x: neither 0 nor a byte this file was written", p, mode, j, len(got), got[j])
 		}
 	case filepath.Base(filepath.Dir(p)) == "blocks":
@@ -482,7 +483,7 @@ func rt24Verify(p string, mode int) (int64, error) {
 		}
 	default:
 		id, _ := strconv.ParseUint(name, 10, 64)
-		want := rt24Model(id)
+		want := reuseModel(id)
 		if j := firstDiffB(got, want); j >= 0 {
 			return 0, fmt.Errorf("%s (mode %d): read %d bytes, want %d: first difference at %d (got %#x, want %#x)", p, mode, len(got), len(want), j, at(got, j), at(want, j))
 		}
@@ -490,8 +491,8 @@ func rt24Verify(p string, mode int) (int64, error) {
 	return int64(len(got)), nil
 }
 
-// rt24Mmap reads the file at p through a shared mapping (a copy of it).
-func rt24Mmap(p string) ([]byte, error) {
+// reuseMmap reads the file at p through a shared mapping (a copy of it).
+func reuseMmap(p string) ([]byte, error) {
 	m, err := mapFile(p)
 	if err != nil || m == nil {
 		return nil, err
@@ -501,10 +502,10 @@ func rt24Mmap(p string) ([]byte, error) {
 }
 
 func init() {
-	// rt24-write DIR FIRST COUNT THREADS INTERLEAVE DIRECT [LOG]: THREADS
-	// goroutines write files FIRST..FIRST+COUNT-1 (rt24Plan), each
+	// reuse-write DIR FIRST COUNT THREADS INTERLEAVE DIRECT [LOG]: THREADS
+	// goroutines write files FIRST..FIRST+COUNT-1 (reusePlan), each
 	// goroutine INTERLEAVE files at a time.
-	clients["rt24-write"] = func(args []string) error {
+	clients["reuse-write"] = func(args []string) error {
 		dir := args[0]
 		first, _ := strconv.ParseUint(args[1], 10, 64)
 		count, _ := strconv.ParseUint(args[2], 10, 64)
@@ -541,7 +542,7 @@ func init() {
 							if i >= count {
 								return
 							}
-							if err := rt24Write(dir, first+i, logf, direct); err != nil {
+							if err := reuseWrite(dir, first+i, logf, direct); err != nil {
 								firstErr.CompareAndSwap(nil, err)
 								return
 							}
@@ -559,10 +560,10 @@ func init() {
 		}
 		return nil
 	}
-	// rt24-read DIR STOPFILE: until STOPFILE exists, read every file
+	// reuse-read DIR STOPFILE: until STOPFILE exists, read every file
 	// under DIR (f, t, b/blocks) by O_DIRECT, page cache and mmap in
-	// turn, and check it (rt24Verify); prints the counts.
-	clients["rt24-read"] = func(args []string) error {
+	// turn, and check it (reuseVerify); prints the counts.
+	clients["reuse-read"] = func(args []string) error {
 		dir, stop := args[0], args[1]
 		var files, tmp, nbytes int64
 		for round := 0; ; round++ {
@@ -572,7 +573,7 @@ func init() {
 			for _, d := range []string{"t", "b/blocks", "f"} {
 				ents, _ := os.ReadDir(filepath.Join(dir, d))
 				for i, e := range ents {
-					n, err := rt24Verify(filepath.Join(dir, d, e.Name()), (round+i)%3)
+					n, err := reuseVerify(filepath.Join(dir, d, e.Name()), (round+i)%3)
 					if err != nil {
 						return err
 					}
@@ -590,9 +591,9 @@ func init() {
 	}
 }
 
-// rt24RaceLog sends the race reports of race-built kvfs processes (the
+// reuseRaceLog sends the race reports of race-built kvfs processes (the
 // daemon, the clients) to files that fail the test at its end.
-func rt24RaceLog(t *testing.T) {
+func reuseRaceLog(t *testing.T) {
 	raceLog := filepath.Join(t.TempDir(), "race")
 	t.Setenv("GORACE", "log_path="+raceLog)
 	t.Cleanup(func() {
@@ -604,22 +605,22 @@ func rt24RaceLog(t *testing.T) {
 	})
 }
 
-// rt24Run writes count files from first with writers processes (threads
+// reuseRun writes count files from first with writers processes (threads
 // goroutines each, interleave files at a time each) while readers
 // processes check everything, and fails on any bad byte.
-func rt24Run(t *testing.T, dir string, first, count uint64, writers, threads, interleave, readers int, direct bool) {
+func reuseRun(t *testing.T, dir string, first, count uint64, writers, threads, interleave, readers int, direct bool) {
 	stop := filepath.Join(t.TempDir(), "stop")
 	var rcmds []*exec.Cmd
 	var routs []*bytes.Buffer
 	for range readers {
-		c, out := startClient(t, "rt24-read", dir, stop)
+		c, out := startClient(t, "reuse-read", dir, stop)
 		rcmds, routs = append(rcmds, c), append(routs, out)
 	}
 	var wcmds []*exec.Cmd
 	var wouts []*bytes.Buffer
 	per := count / uint64(writers)
 	for w := range writers {
-		c, out := startClient(t, "rt24-write", dir, fmt.Sprint(first+uint64(w)*per), fmt.Sprint(per), fmt.Sprint(threads), fmt.Sprint(interleave), map[bool]string{true: "1", false: "0"}[direct])
+		c, out := startClient(t, "reuse-write", dir, fmt.Sprint(first+uint64(w)*per), fmt.Sprint(per), fmt.Sprint(threads), fmt.Sprint(interleave), map[bool]string{true: "1", false: "0"}[direct])
 		wcmds, wouts = append(wcmds, c), append(wouts, out)
 	}
 	var failed bool
@@ -645,25 +646,25 @@ func rt24Run(t *testing.T, dir string, first, count uint64, writers, threads, in
 	}
 }
 
-// rt24VerifyAll checks every final file under dir and that every file of
+// reuseVerifyAll checks every final file under dir and that every file of
 // first..first+count-1 that is not unlinked is there.
-func rt24VerifyAll(t *testing.T, dir string, first, count uint64) {
+func reuseVerifyAll(t *testing.T, dir string, first, count uint64) {
 	t.Helper()
 	var nfiles, nbytes int64
 	for i := first; i < first+count; i++ {
-		kind, _, _ := rt24Plan(i)
-		want := rt24Model(i)
+		kind, _, _ := reusePlan(i)
+		want := reuseModel(i)
 		var p string
 		switch kind {
-		case rt24KindUnlinked:
+		case reuseKindUnlinked:
 			continue
-		case rt24KindBlock:
+		case reuseKindBlock:
 			sum := sha256.Sum256(want)
 			p = filepath.Join(dir, "b", "blocks", hex.EncodeToString(sum[:]))
 		default:
 			p = filepath.Join(dir, "f", fmt.Sprint(i))
 		}
-		got, err := rt24ReadDirect(p, false)
+		got, err := reuseReadDirect(p, false)
 		if err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
@@ -681,18 +682,18 @@ func rt24VerifyAll(t *testing.T, dir string, first, count uint64) {
 	t.Logf("verified %d committed files, %d bytes", nfiles, nbytes)
 }
 
-// TestRT24PoolStress: writers of small files of every kind (blocks
+// TestBufReuseStress: writers of small files of every kind (blocks
 // protocol, growth past 1 MiB, truncation and regrowth, O_TRUNC reopen,
 // rewrites over a committed version, renamed and unlinked while open,
 // holes), several open at once per thread, while other processes read
 // every file, committed or being written, by O_DIRECT, page cache and
 // mmap. Then a remount, every file again, and the store's check.
-func TestRT24PoolStress(t *testing.T) {
+func TestBufReuseStress(t *testing.T) {
 	count := uint64(160) // 480 with KVFS_STRESS=full
 	if testutil.StressFull() {
 		count = 480
 	}
-	if v := os.Getenv("RT24_FILES"); v != "" {
+	if v := os.Getenv("KVFS_TEST_REUSE_FILES"); v != "" {
 		count, _ = strconv.ParseUint(v, 10, 64)
 	}
 	for _, c := range []struct {
@@ -701,40 +702,40 @@ func TestRT24PoolStress(t *testing.T) {
 		direct bool
 	}{{"default", nil, true}, {"writeback_cache", []string{"-o", "writeback_cache"}, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			rt24RaceLog(t)
+			reuseRaceLog(t)
 			m := newMount(t, c.args...)
 			dir := m.path("d")
 			os.Mkdir(dir, 0o755)
-			rt24Run(t, dir, 1000, count, 2, 3, 3, 1, c.direct)
-			rt24VerifyAll(t, dir, 1000, count)
+			reuseRun(t, dir, 1000, count, 2, 3, 3, 1, c.direct)
+			reuseVerifyAll(t, dir, 1000, count)
 			sh(t, kvfsBin+" unmount "+m.mnt)
 			m.check(t)
 			m.start(t, c.args...)
-			rt24VerifyAll(t, dir, 1000, count)
+			reuseVerifyAll(t, dir, 1000, count)
 		})
 	}
 }
 
-// TestRT24BudgetSpill: more spools open at once than the daemon's 64 MiB
+// TestBufReuseBudgetSpill: more spools open at once than the daemon's 64 MiB
 // of spool memory holds (96 files of about 1 MiB, written in turns), so
 // that spools spill when the budget cannot grow them, and buffers go back
 // to the pool and out again in every order.
-func TestRT24BudgetSpill(t *testing.T) {
-	rt24RaceLog(t)
+func TestBufReuseBudgetSpill(t *testing.T) {
+	reuseRaceLog(t)
 	m := newMount(t)
 	dir := m.path("d")
 	os.Mkdir(dir, 0o755)
 	// 2 processes x 4 threads x 24 files at a time: all 192 open at once.
-	rt24Run(t, dir, 5000, 192, 2, 4, 24, 1, true)
-	rt24VerifyAll(t, dir, 5000, 192)
+	reuseRun(t, dir, 5000, 192, 2, 4, 24, 1, true)
+	reuseVerifyAll(t, dir, 5000, 192)
 }
 
-// TestRT24KillDaemon: SIGKILL the daemon while the writers and a reader
+// TestBufReuseKillDaemon: SIGKILL the daemon while the writers and a reader
 // run; after a remount every file whose last fsync returned holds its
 // model (under its tmp name or its final name), every file left being
 // written holds only bytes that were written to it, and the store checks.
-func TestRT24KillDaemon(t *testing.T) {
-	rt24RaceLog(t)
+func TestBufReuseKillDaemon(t *testing.T) {
+	reuseRaceLog(t)
 	m := newMount(t)
 	dir := m.path("d")
 	os.Mkdir(dir, 0o755)
@@ -751,11 +752,11 @@ func TestRT24KillDaemon(t *testing.T) {
 			m.start(t, args...)
 		}
 		stop := filepath.Join(t.TempDir(), "stop")
-		rd, rout := startClient(t, "rt24-read", dir, stop)
+		rd, rout := startClient(t, "reuse-read", dir, stop)
 		var cmds []*exec.Cmd
 		var outs []*bytes.Buffer
 		for w := range 2 {
-			c, out := startClient(t, "rt24-write", dir, fmt.Sprint(first+uint64(w)*100000), "100000", "3", "2", "1", logPath)
+			c, out := startClient(t, "reuse-write", dir, fmt.Sprint(first+uint64(w)*100000), "100000", "3", "2", "1", logPath)
 			cmds, outs = append(cmds, c), append(outs, out)
 		}
 		first += 1000000
@@ -780,7 +781,7 @@ func TestRT24KillDaemon(t *testing.T) {
 			s.Close()
 			t.Fatalf("round %d: %v", round, err)
 		}
-		n := rt24CheckKillLog(t, s, m.mnt, logPath, round)
+		n := reuseCheckKillLog(t, s, m.mnt, logPath, round)
 		durable += n
 		t.Logf("round %d: %d files durable", round, n)
 		s.Close()
@@ -789,9 +790,9 @@ func TestRT24KillDaemon(t *testing.T) {
 	m.start(t)
 }
 
-// rt24CheckKillLog checks the store (daemon gone) against the writers'
+// reuseCheckKillLog checks the store (daemon gone) against the writers'
 // log and the patterns: it returns the files whose last fsync returned.
-func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round int) int {
+func reuseCheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round int) int {
 	t.Helper()
 	rel := func(p string) string { return strings.TrimPrefix(p, mnt+"/") }
 	read := func(p string) ([]byte, error) { return readStored(s, p) }
@@ -817,13 +818,13 @@ func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round i
 	}
 	n := 0
 	for id, e := range ents {
-		want := rt24Model(id)
+		want := reuseModel(id)
 		got, err := read(e.tmp)
 		if err != nil {
 			final := e.final
 			if final == "" {
-				kind, _, _ := rt24Plan(id)
-				if kind == rt24KindBlock {
+				kind, _, _ := reusePlan(id)
+				if kind == reuseKindBlock {
 					sum := sha256.Sum256(want)
 					final = "d/b/blocks/" + hex.EncodeToString(sum[:])
 				} else {
@@ -847,7 +848,7 @@ func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round i
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j := firstDiffB(got, rt24Model(id)); j >= 0 {
+			if j := firstDiffB(got, reuseModel(id)); j >= 0 {
 				t.Fatalf("round %d: d/f/%s: first difference at %d", round, e.Name, j)
 			}
 		}
@@ -876,7 +877,7 @@ func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round i
 				t.Fatalf("round %d: %s/%s: %v", round, d, e.Name, err)
 			}
 			id, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSuffix(e.Name, "2"), ".tmp"), 10, 64)
-			if j := rt24Legal(id, got, 0); j >= 0 {
+			if j := reuseLegal(id, got, 0); j >= 0 {
 				t.Fatalf("round %d: %s/%s left by the kill: byte %d is %#x, not written to it", round, d, e.Name, j, got[j])
 			}
 		}
@@ -885,19 +886,19 @@ func rt24CheckKillLog(t *testing.T, s *store.Store, mnt, logPath string, round i
 }
 
 func init() {
-	// rt24-mmapwrite DIR FIRST COUNT: files written through a shared
+	// reuse-mmapwrite DIR FIRST COUNT: files written through a shared
 	// writable mapping (the kernel writes them back to the spool in
 	// pages), grown by ftruncate first: page-sized writes at page
 	// offsets, some of the pages left holes; msync, fsync, close, rename
 	// to DIR/f/ID, read back by O_DIRECT.
-	clients["rt24-mmapwrite"] = func(args []string) error {
+	clients["reuse-mmapwrite"] = func(args []string) error {
 		dir := args[0]
 		first, _ := strconv.ParseUint(args[1], 10, 64)
 		count, _ := strconv.ParseUint(args[2], 10, 64)
 		os.MkdirAll(filepath.Join(dir, "m"), 0o755)
 		os.MkdirAll(filepath.Join(dir, "mf"), 0o755)
 		for id := first; id < first+count; id++ {
-			want := rt24MmapModel(id)
+			want := reuseMmapModel(id)
 			p := filepath.Join(dir, "m", fmt.Sprint(id))
 			f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 			if err != nil {
@@ -933,7 +934,7 @@ func init() {
 			if err := os.Rename(p, final); err != nil {
 				return err
 			}
-			got, err := rt24ReadDirect(final, false)
+			got, err := reuseReadDirect(final, false)
 			if err != nil {
 				return err
 			}
@@ -945,11 +946,11 @@ func init() {
 	}
 }
 
-// rt24MmapModel: 1 byte to 1.2 MiB of F, a page in 7 left a hole.
-func rt24MmapModel(id uint64) []byte {
+// reuseMmapModel: 1 byte to 1.2 MiB of F, a page in 7 left a hole.
+func reuseMmapModel(id uint64) []byte {
 	r := rand.New(rand.NewPCG(id, 2))
 	n := 1 + r.Int64N(1200<<10)
-	b := rt24Pattern(id, n)
+	b := reusePattern(id, n)
 	for pg := int64(0); pg*4096 < n; pg++ {
 		if r.IntN(7) == 0 {
 			clear(b[pg*4096 : min(pg*4096+4096, n)])
@@ -958,25 +959,25 @@ func rt24MmapModel(id uint64) []byte {
 	return b
 }
 
-// TestRT24MmapWriters: writers through shared mappings beside the other
+// TestBufReuseMmapWriters: writers through shared mappings beside the other
 // writers and the reader; every mapped file is checked after a remount.
-func TestRT24MmapWriters(t *testing.T) {
+func TestBufReuseMmapWriters(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		args []string
 	}{{"default", nil}, {"writeback_cache", []string{"-o", "writeback_cache"}}} {
 		t.Run(c.name, func(t *testing.T) {
-			rt24RaceLog(t)
+			reuseRaceLog(t)
 			m := newMount(t, c.args...)
 			dir := m.path("d")
 			os.Mkdir(dir, 0o755)
 			var mcmds []*exec.Cmd
 			var mouts []*bytes.Buffer
 			for w := range 2 {
-				c, out := startClient(t, "rt24-mmapwrite", dir, fmt.Sprint(20000+w*100), "30")
+				c, out := startClient(t, "reuse-mmapwrite", dir, fmt.Sprint(20000+w*100), "30")
 				mcmds, mouts = append(mcmds, c), append(mouts, out)
 			}
-			rt24Run(t, dir, 30000, 96, 2, 2, 2, 1, true)
+			reuseRun(t, dir, 30000, 96, 2, 2, 2, 1, true)
 			for i, c := range mcmds {
 				if err := c.Wait(); err != nil {
 					t.Fatalf("mmap writer %d: %v\n%s", i, err, mouts[i])
@@ -988,15 +989,15 @@ func TestRT24MmapWriters(t *testing.T) {
 			var n int64
 			for w := range 2 {
 				for id := uint64(20000 + w*100); id < uint64(20000+w*100+30); id++ {
-					got, err := rt24ReadDirect(filepath.Join(dir, "mf", fmt.Sprint(id)), false)
-					want := rt24MmapModel(id)
+					got, err := reuseReadDirect(filepath.Join(dir, "mf", fmt.Sprint(id)), false)
+					want := reuseMmapModel(id)
 					if err != nil || firstDiffB(got, want) >= 0 {
 						t.Fatalf("mmap-written %d after a remount: %v, first difference at %d", id, err, firstDiffB(got, want))
 					}
 					n += int64(len(got))
 				}
 			}
-			rt24VerifyAll(t, dir, 30000, 96)
+			reuseVerifyAll(t, dir, 30000, 96)
 			t.Logf("60 mmap-written files, %d bytes, verified after a remount", n)
 		})
 	}
