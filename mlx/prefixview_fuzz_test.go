@@ -6,20 +6,20 @@ import (
 	"testing"
 )
 
-// rt11Src serves the fuzz file as the snapshot's own bytes and zeros of
+// fuzzViewSource serves the fuzz file as the snapshot's own bytes and zeros of
 // any requested size for blocks.
-type rt11Src struct{ f fuzzFile }
+type fuzzViewSource struct{ f fuzzFile }
 
-func (s rt11Src) OpenSource(block string) (io.ReaderAt, int64, error) {
+func (s fuzzViewSource) OpenSource(block string) (io.ReaderAt, int64, error) {
 	if block == "" {
 		return s.f, s.f.size(), nil
 	}
 	return fuzzFile{nil, 1 << 16}, 1 << 16, nil
 }
 
-// FuzzRT11PrefixView: a parsed header of any shape must not make
+// FuzzPrefixView: a parsed header of any shape must not make
 // NewPrefixView or ChainKeys panic, and a made view must cover its size.
-func FuzzRT11PrefixView(f *testing.F) {
+func FuzzPrefixView(f *testing.F) {
 	f.Fuzz(func(t *testing.T, head []byte, tail int64, n int64) {
 		file := newFuzzFile(head, tail, true)
 		s, err := Parse(file, file.size(), "fuzz.mlxkv")
@@ -29,7 +29,7 @@ func FuzzRT11PrefixView(f *testing.F) {
 		_ = ChainKeys(s.Header.ModelID, s.Header.ConfigFingerprint, s.Header.NS, s.Header.Tokens)
 		_ = Trimmable(s.Header)
 		_ = MinReusable(s.Header)
-		v, err := NewPrefixView(context.Background(), s, n, rt11Src{file})
+		v, err := NewPrefixView(context.Background(), s, n, fuzzViewSource{file})
 		if err != nil {
 			return
 		}
