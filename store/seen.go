@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Seen means kept (DESIGN.md, "Invariants"). The engine's blocks protocol
+// Seen means kept (docs/DESIGN.md, "Invariants"). The engine's blocks protocol
 // (FORMAT.md §4.3) checks whether blocks/<h> exists, skips the block when
 // it does, and commits the snapshot's manifest last. Between the check and
 // the manifest's rename nothing in the index protects that block: no

@@ -15,7 +15,7 @@ import (
 	"github.com/kvfs/kvfs/mlx"
 )
 
-// Seen means kept (DESIGN.md, "Invariants"): the engine checks whether
+// Seen means kept (docs/DESIGN.md, "Invariants"): the engine checks whether
 // each block exists, skips those that do, writes the others and commits
 // its manifest last (FORMAT.md §4.3). A block it found existing must not
 // be removed before that manifest commits: not by capacity eviction, not
