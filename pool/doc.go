@@ -1,6 +1,6 @@
 // Package pool lets several hosts share one prompt-cache pool: chunks and
 // manifests as immutable objects in an S3-compatible object store, names
-// and coordination in etcd (DESIGN.md, "Scale-out"). Pool is one host's
+// and coordination in etcd (docs/DESIGN.md, "Scale-out"). Pool is one host's
 // handle: Publish, Open (a File read with ReadAt), Stat, List, Rename,
 // Remove, Collect. kvfs mount --pool serves it as a filesystem (fs/poolfs);
 // kvfs pool and kvfs gc --pool use it from the command line.

@@ -13,7 +13,7 @@ import (
 
 // A file written through the mount is spooled first. When most of a large
 // file is new, writing its new chunks into a pack would copy most of it
-// again; the spool becomes the pack instead (DESIGN.md, write path 6): it
+// again; the spool becomes the pack instead (docs/DESIGN.md, write path 6): it
 // is renamed into packs/, its new chunks stay where they are, and
 // everything else — duplicate chunks, zero runs — is punched out.
 // Otherwise its new chunks are copied into a shared pack, as from any other

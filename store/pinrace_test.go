@@ -20,7 +20,7 @@ import (
 
 // TestPinRace races Open, ReadAt and Close of a path against Rename over it
 // and Remove of it, with no FUSE in between: the pin an open takes and the
-// release a rename or remove does must serialize (DESIGN.md, "Pins and
+// release a rename or remove does must serialize (docs/DESIGN.md, "Pins and
 // releases serialize"). Every file carries a header from which each of its
 // bytes follows, so a reader checks any read without knowing which version
 // it opened. "F" always exists (renames replace it atomically), so an open

@@ -1,7 +1,7 @@
 // Package bufpool keeps large byte buffers for reuse.
 //
 // In the VMs kvfs is measured on, a fresh page costs 12–18 µs to fault
-// in (DESIGN.md, "Performance notes"), and the Go runtime gives freed heap
+// in (docs/DESIGN.md, "Performance notes"), and the Go runtime gives freed heap
 // back to the system between one small file and the next: a 1 MiB buffer
 // made per commit cost 3–4 ms of page faults, more than the commit's
 // fdatasync. A Pool hands out buffers whose capacities are powers of two,
