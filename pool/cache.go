@@ -83,6 +83,16 @@ func OpenCache(dir string, limit int64) (*Cache, error) {
 
 func (c *Cache) path(sum [32]byte) string { return filepath.Join(c.dir, hex.EncodeToString(sum[:])) }
 
+// Has reports whether the cache holds a chunk named sum, without reading
+// it: Get checks its bytes as it reads them (a damaged file is a miss
+// then).
+func (c *Cache) Has(sum [32]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byKey[sum]
+	return ok
+}
+
 // Get returns the chunk named sum, or false.
 func (c *Cache) Get(sum [32]byte) ([]byte, bool) {
 	c.mu.Lock()

@@ -25,9 +25,10 @@ import (
 //	PFX/fence                 → a sweep in progress, bound to the collector's lease
 //	PFX/collector/...         → the collectors' lock (one collects at a time)
 type coord struct {
-	cli *clientv3.Client
-	pfx string
-	ttl int // seconds
+	cli  *clientv3.Client // its KV goes through etcd (guardedKV)
+	etcd *breaker
+	pfx  string
+	ttl  int // seconds
 
 	mu   sync.Mutex
 	sess *concurrency.Session
@@ -67,7 +68,11 @@ func (c *coord) session(ctx context.Context) (*concurrency.Session, error) {
 // newSession grants a lease within ctx (bounded: etcd may not answer) and
 // keeps it alive until life ends or the session is closed.
 func (c *coord) newSession(ctx, life context.Context) (*concurrency.Session, error) {
-	lease, err := c.cli.Grant(ctx, int64(c.ttl))
+	var lease *clientv3.LeaseGrantResponse
+	err := c.etcd.do(ctx, "grant a lease", func(ctx context.Context) (err error) {
+		lease, err = c.cli.Grant(ctx, int64(c.ttl))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd: grant a lease: %w", err)
 	}
@@ -116,7 +121,7 @@ const fenceWait = 10 * time.Minute
 func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session, opTimeout time.Duration) (string, error) {
 	key := fmt.Sprintf("%s%x/%s", c.publishPrefix(), int64(s.Lease()), randomID())
 	for {
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		octx, cancel := context.WithTimeoutCause(ctx, opTimeout, errNoAnswer)
 		resp, err := c.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.CreateRevision(c.fenceKey()), "=", 0)).
 			Then(clientv3.OpPut(key, "", clientv3.WithLease(s.Lease()))).

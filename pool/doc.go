@@ -32,19 +32,21 @@
 // # Reading
 //
 // Open resolves the name, reads the manifest (checked against its hash,
-// then parsed as untrusted input) and checks that its packs exist: a
-// missing object is fs.ErrNotExist at open. A read fetches each chunk from
-// the local cache or with one ranged GET, and checks its sha256: a chunk
-// gone or damaged after the open is an EIO for that read, never wrong
-// bytes; so is a chunk whose length the manifest contradicts. Chunks read
-// are kept in the host's cache (cache.go), hashed at their first read by
-// the process (at every read with Config.VerifyCache, kvfs mount
-// --verify), so reads of them go on while S3 is unreachable. While etcd
-// is unreachable, reads of names fail at once (ErrEtcdDown, reach.go) and
-// a pool mount serves the names and versions it last saw. A chunk whose pack is gone is looked
-// for where the names now place it (a rewrite moved it, below) and read
-// from there if its sha256 matches: a file opened before a rewrite reads
-// on.
+// then parsed as untrusted input; a manifest this host read before is not
+// read again: they are immutable) and checks that the packs it needs
+// exist: a missing object is fs.ErrNotExist at open. A pack whose chunks
+// of the file are all in the local cache is not asked about: the file's
+// reads are served from the cache, checked there. A read fetches each
+// chunk from the local cache or with one ranged GET, and checks its
+// sha256: a chunk gone or damaged after the open is an EIO for that read,
+// never wrong bytes; so is a chunk whose length the manifest contradicts.
+// Chunks read are kept in the host's cache (cache.go), hashed at their
+// first read by the process (at every read with Config.VerifyCache, kvfs
+// mount --verify), so that opens and reads of them go on, at the cache's
+// speed, while S3 is unreachable or hung (TestS3Hangs). A chunk whose
+// pack is gone is looked for where the names now place it (a rewrite
+// moved it, below) and read from there if its sha256 matches: a file
+// opened before a rewrite reads on.
 //
 // # Dedup across hosts
 //
@@ -174,9 +176,20 @@
 // # Failures
 //
 // Every call to S3 or etcd is bounded (Config.OpTimeout): a service that
-// does not answer fails the operation with an error that names it. A
-// session whose lease expired is replaced by a new one at the next
-// publish, so a host recovers without a restart once etcd is back.
+// does not answer fails the operation with an error that names it. Each
+// service has a circuit breaker (breaker.go): a call that it does not
+// answer in time, or whose connection fails, opens the circuit, and calls
+// to the service then fail at once (ErrS3Down, ErrEtcdDown: the error
+// names the endpoint and the failure) instead of after OpTimeout each,
+// until a probe, every second, finds it answering again. The log says
+// once that the circuit opened and once that it closed. What needs the
+// service thus fails after at most one OpTimeout, and at once after
+// that; what the host can serve without it (cached chunks, files already
+// open; in a pool mount, the names and versions it last saw) does not
+// wait on it at all (TestS3Hangs, TestEtcdHangs; through mounts,
+// tests/poolhang_test.go). A session whose lease expired is replaced by
+// a new one at the next publish, so a host recovers without a restart
+// once etcd is back.
 //
 // # Tests
 //
@@ -185,8 +198,9 @@
 // (TestTwoHostsShare), damaged and missing objects, collection, a
 // collector racing publishes while leases are revoked at random moments
 // (TestCollectRacesPublishes), a publisher SIGKILLed at random moments
-// (TestKillMidPublish), and S3 and etcd stopped and started again
-// (TestServicesUnreachable).
+// (TestKillMidPublish), S3 and etcd stopped and started again
+// (TestServicesUnreachable), and hung (SIGSTOP) and resumed (TestS3Hangs,
+// TestEtcdHangs).
 //
 // protocol_test.go checks the argument exhaustively on a small scope (two
 // publishes with reuse, a retry after a lease expiry, a name removal, two

@@ -30,7 +30,7 @@ func usedNow() string { return strconv.FormatInt(time.Now().Unix(), 10) }
 // removal is not followed by a stray key). Failures cost only the order
 // of eviction, and are logged.
 func (p *Pool) touch(ctx context.Context, path string) {
-	if p.etcdDown() {
+	if p.etcd.isOpen() {
 		return // an outage: the use is not recorded (eviction's order is a hint)
 	}
 	now := time.Now()
@@ -50,8 +50,7 @@ func (p *Pool) touch(ctx context.Context, path string) {
 		If(clientv3.Compare(clientv3.CreateRevision(p.coord.namesKey(path)), ">", 0)).
 		Then(clientv3.OpPut(p.coord.usedKey(path), usedNow())).
 		Commit()
-	if err != nil {
-		p.readFailed(ctx, err)
+	if err != nil && !errors.Is(err, ErrEtcdDown) && !p.closed.Load() {
 		p.log.Warn("pool: use of a file not recorded (eviction order)", "path", path, "err", err)
 	}
 }

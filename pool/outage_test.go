@@ -12,8 +12,9 @@ import (
 // a host keeps reading the chunks it has cached (an open file, and a new
 // open of a file whose chunks are all cached while S3 is down); a publish
 // fails with an error naming the service within a bounded time and
-// leaves no name; once the service is back, the same host publishes and
-// reads again without a restart.
+// leaves no name; once the service is back (and a probe has found it:
+// until then its circuit is open, breaker.go), the same host publishes
+// and reads again without a restart.
 func TestServicesUnreachable(t *testing.T) {
 	s := startServices(t)
 	cfg := s.config(t, t.TempDir())
@@ -62,9 +63,9 @@ func TestServicesUnreachable(t *testing.T) {
 	fails("new", "s3://")
 	s.start(t)
 	after := randBytes(500_000, 13)
-	if err := a.Publish(ctx, "after-s3", bytes.NewReader(after), int64(len(after))); err != nil {
-		t.Fatalf("publish once S3 is back: %v", err)
-	}
+	eventually(t, "publish once S3 is back", func() error {
+		return a.Publish(ctx, "after-s3", bytes.NewReader(after), int64(len(after)))
+	})
 	if names, err := a.List(ctx, "new"); err != nil || len(names) != 0 {
 		t.Fatalf("a failed publish left a name: %q, %v", names, err)
 	}
@@ -73,11 +74,28 @@ func TestServicesUnreachable(t *testing.T) {
 	readOpen()
 	fails("new", "etcd")
 	s.start(t)
-	if err := a.Publish(ctx, "after-etcd", bytes.NewReader(after), int64(len(after))); err != nil {
-		t.Fatalf("publish once etcd is back: %v", err)
-	}
+	eventually(t, "publish once etcd is back", func() error {
+		return a.Publish(ctx, "after-etcd", bytes.NewReader(after), int64(len(after)))
+	})
 	b := s.host(t, s.config(t, ""))
 	readBack(t, b, "after-s3", after)
 	readBack(t, b, "after-etcd", after)
 	readBack(t, b, "cached", data)
+}
+
+// eventually retries fn until it succeeds, for at most 10 s: a service
+// that is back is called again once a probe has found it (every second).
+func eventually(t testing.TB, what string, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,7 +36,9 @@ type Config struct {
 	// stopped keeps its publishes from being collected.
 	LeaseTTL time.Duration
 	// OpTimeout bounds each call to S3 or etcd (0: 30 s), so that a
-	// service that does not answer turns into an error, not a hang.
+	// service that does not answer turns into an error, not a hang; after
+	// one such call, calls to that service fail at once until it answers
+	// again (breaker.go).
 	OpTimeout time.Duration
 	Logger    *slog.Logger
 }
@@ -59,8 +63,12 @@ type Pool struct {
 	snaps     map[string]*SnapInfo // records made late, by manifest (match.go)
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
-	reach       reach // whether etcd answers (reach.go)
-	badNames    int   // names left out of the last listing (List), logged when it changes
+	badNames    int // names left out of the last listing (List), logged when it changes
+
+	// s3 and etcd are the services' circuit breakers: every call to S3
+	// (objs) and to etcd's key-value API (coord.cli.KV) goes through them.
+	s3, etcd *breaker
+	closed   atomic.Bool
 }
 
 // loc is where a chunk lies.
@@ -99,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 	defer cancel()
-	objs, err := OpenS3(octx, cfg.S3)
+	s3, err := OpenS3(octx, cfg.S3)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", cfg.S3.Pool, err)
 	}
@@ -118,9 +126,19 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: etcd %v does not answer: %w", cfg.S3.Pool, cfg.Etcd, err)
 	}
 	bucket, prefix, _ := ParsePool(cfg.S3.Pool)
+	co := &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix + "#/", ttl: max(1, int(cfg.LeaseTTL/time.Second))}
+	s3b := newBreaker("S3", cfg.S3.Endpoint, ErrS3Down, cfg.OpTimeout, s3.Ping, cfg.Logger)
+	kv := cli.KV
+	co.etcd = newBreaker("etcd", strings.Join(cfg.Etcd, ","), ErrEtcdDown, cfg.OpTimeout, func(ctx context.Context) error {
+		_, err := kv.Get(ctx, co.fenceKey())
+		return err
+	}, cfg.Logger)
+	cli.KV = guardedKV{KV: kv, b: co.etcd}
 	p := &Pool{
-		objs:      objs,
-		coord:     &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix + "#/", ttl: max(1, int(cfg.LeaseTTL/time.Second))},
+		objs:      guardedObjects{objs: s3, b: s3b},
+		coord:     co,
+		s3:        s3b,
+		etcd:      co.etcd,
 		chunkSize: cfg.ChunkSize,
 		packBytes: cfg.PackBytes,
 		opTimeout: cfg.OpTimeout,
@@ -154,7 +172,9 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 // Close gives up this host's etcd session (its in-flight publishes end
 // with it) and closes the clients.
 func (p *Pool) Close() error {
-	p.reach.closed.Store(true)
+	p.closed.Store(true)
+	p.s3.close()
+	p.etcd.close()
 	p.coord.close()
 	err := p.coord.cli.Close()
 	if p.know != nil {
@@ -165,9 +185,11 @@ func (p *Pool) Close() error {
 	return err
 }
 
-// op is a context for one call to a service, bounded by OpTimeout.
+// op is a context for one call to a service, bounded by OpTimeout (whose
+// end, as the context's cause, tells the breaker that the service did
+// not answer).
 func (p *Pool) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, p.opTimeout)
+	return context.WithTimeoutCause(ctx, p.opTimeout, errNoAnswer)
 }
 
 // Stats are a host's figures for the pool.

@@ -77,15 +77,11 @@ func (p *Pool) resolve(ctx context.Context, op, path string) (string, error) {
 	if err := checkPath(path); err != nil {
 		return "", err
 	}
-	if p.etcdDown() {
-		return "", p.downErr(op, path)
-	}
 	octx, cancel := p.op(ctx)
 	resp, err := p.coord.cli.Get(octx, p.coord.namesKey(path))
 	cancel()
 	if err != nil {
-		p.readFailed(ctx, err)
-		return "", fmt.Errorf("%s %s: etcd: %w", op, path, p.explain(ctx, err))
+		return "", fmt.Errorf("%s %s: %w", op, path, p.etcd.named(p.explain(ctx, err)))
 	}
 	if len(resp.Kvs) == 0 {
 		return "", fmt.Errorf("%s %s: %w", op, path, fs.ErrNotExist)
@@ -113,12 +109,14 @@ func (p *Pool) Resolve(ctx context.Context, path string) (manifest string, size 
 // whatever its name points to now, and records a use of path (which
 // names it in errors). A filesystem serves each node's own version so
 // that the size it told the kernel is the size of what reads return.
+// The use is recorded in the background: an open of a version whose
+// chunks are cached does not wait on etcd.
 func (p *Pool) OpenVersion(ctx context.Context, manifest, path string) (*File, error) {
 	f, err := p.openManifest(ctx, manifest, path)
 	if err != nil {
 		return nil, err
 	}
-	p.touch(ctx, path)
+	go p.touch(context.WithoutCancel(ctx), path)
 	return f, nil
 }
 
@@ -135,13 +133,19 @@ func (p *Pool) openManifest(ctx context.Context, name, path string) (*File, erro
 	return &File{p: p, path: path, m: m}, nil
 }
 
-// checkPacks checks that every pack m uses exists, asking S3 about up
-// to readers of them at once: a missing one is fs.ErrNotExist. One
-// that S3 cannot answer about passes if every chunk of m in it is cached.
+// checkPacks checks that the packs m uses exist, asking S3 about up to
+// readers of them at once: a missing one is fs.ErrNotExist. A pack whose
+// chunks of m are all in the local cache is not asked about: every read
+// of the file is served from the cache, checked there as every read
+// from it is, so S3 is not needed, and a file read before opens and reads
+// at the cache's speed while S3 does not answer (issue 26: each such open
+// waited out OpTimeout).
 func (p *Pool) checkPacks(ctx context.Context, path string, m *Manifest) error {
 	packs := map[string]bool{}
 	for _, c := range m.Chunks {
-		packs[c.Pack] = true
+		if !packs[c.Pack] && (p.cache == nil || !p.cache.Has(c.Sum)) {
+			packs[c.Pack] = true // needed: a chunk of it is not cached
+		}
 	}
 	errs := make(chan error, len(packs))
 	sem := make(chan struct{}, readers)
@@ -156,8 +160,6 @@ func (p *Pool) checkPacks(ctx context.Context, path string, m *Manifest) error {
 			case errors.Is(err, ErrNoObject):
 				p.forgetPack(pack)
 				err = fmt.Errorf("open %s: pack %s is missing from the pool: %w", path, pack, fs.ErrNotExist)
-			case err != nil && p.allCached(m, pack):
-				err = nil
 			case err != nil:
 				err = fmt.Errorf("open %s: %w", path, p.explain(ctx, err))
 			}
@@ -171,22 +173,6 @@ func (p *Pool) checkPacks(ctx context.Context, path string, m *Manifest) error {
 		}
 	}
 	return first
-}
-
-// allCached reports whether every chunk of m in pack is in the local
-// cache: then the file can be opened while S3 does not answer.
-func (p *Pool) allCached(m *Manifest, pack string) bool {
-	if p.cache == nil {
-		return false
-	}
-	for _, c := range m.Chunks {
-		if c.Pack == pack {
-			if _, ok := p.cache.Get(c.Sum); !ok {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // manifest reads and checks a manifest object.
@@ -475,14 +461,10 @@ func (p *Pool) chunkElsewhere(ctx context.Context, c ChunkRef, path string) ([]b
 
 // List returns the pool's file names under prefix, sorted.
 func (p *Pool) List(ctx context.Context, prefix string) ([]string, error) {
-	if p.etcdDown() {
-		return nil, p.downErr("list", prefix)
-	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
 	names, _, err := p.coord.names(octx, prefix, 0)
 	if err != nil {
-		p.readFailed(ctx, err)
 		return nil, err
 	}
 	out := make([]string, 0, len(names))

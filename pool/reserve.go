@@ -22,14 +22,11 @@ func (p *Pool) Reserve(ctx context.Context, path string) error {
 	if err := checkPath(path); err != nil {
 		return err
 	}
-	if p.etcdDown() {
-		return p.downErr("create", path)
-	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
 	sess, err := p.coord.session(octx)
 	if err != nil {
-		return fmt.Errorf("create %s: etcd: %w", path, p.explain(ctx, err))
+		return fmt.Errorf("create %s: %w", path, p.etcd.named(p.explain(ctx, err)))
 	}
 	key := p.coord.creatingKey(path)
 	resp, err := p.coord.cli.Txn(octx).
@@ -38,7 +35,7 @@ func (p *Pool) Reserve(ctx context.Context, path string) error {
 		Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease()))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("create %s: etcd: %w", path, p.explain(ctx, err))
+		return fmt.Errorf("create %s: %w", path, p.etcd.named(p.explain(ctx, err)))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("create %s: %w", path, fs.ErrExist)

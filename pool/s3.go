@@ -82,6 +82,15 @@ func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 
 func (s *S3) key(name string) string { return s.prefix + name }
 
+// Ping asks the server whether the bucket exists: any answer but an
+// error means that it answers.
+func (s *S3) Ping(ctx context.Context) error {
+	if _, err := s.client.BucketExists(ctx, s.bucket); err != nil {
+		return fmt.Errorf("head s3://%s: %w", s.bucket, err)
+	}
+	return nil
+}
+
 // Put implements Objects.
 func (s *S3) Put(ctx context.Context, name string, r io.Reader, size int64) error {
 	_, err := s.client.PutObject(ctx, s.bucket, s.key(name), r, size, minio.PutObjectOptions{

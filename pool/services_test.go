@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +120,73 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// pause stops one service's process ("etcd", "s3") with SIGSTOP: a hung
+// server, whose port still accepts connections that are never answered
+// (a stopped one refuses them). It is resumed at the end of the test,
+// before the services are stopped.
+func (s *services) pause(t testing.TB, which string) {
+	t.Helper()
+	s.signal(t, which, syscall.SIGSTOP)
+	t.Cleanup(func() { s.signal(t, which, syscall.SIGCONT) })
+}
+
+// resume undoes pause.
+func (s *services) resume(t testing.TB, which string) {
+	t.Helper()
+	s.signal(t, which, syscall.SIGCONT)
+}
+
+func (s *services) signal(t testing.TB, which string, sig syscall.Signal) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.dir, which+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s.pid: %v", which, err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("%v to %s (pid %d): %v", sig, which, pid, err)
+	}
+}
+
+// logBuffer keeps what a host logs, for tests that count lines, and
+// passes it on to the test's log.
+type logBuffer struct {
+	t  testing.TB
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(b)
+	l.mu.Unlock()
+	l.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// count is the number of lines logged that contain every one of subs.
+func (l *logBuffer) count(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+next:
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		n++
+	}
+	return n
+}
+
+// logger is a logger at warning level into l.
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

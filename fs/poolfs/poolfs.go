@@ -87,6 +87,7 @@ type fsys struct {
 	mu      sync.Mutex
 	listed  time.Time
 	names   []string        // sorted, as of listed
+	listing *call[[]string] // the listing in flight, if any
 	madeDir map[string]bool // directories made with mkdir, not yet holding a name
 	// versions are the versions names were last found at, or published,
 	// renamed or removed through this mount: what lookups serve while
@@ -130,25 +131,86 @@ func (f *fsys) moved(from, to string) {
 	}
 }
 
-// resolve is Pool.Resolve, or, while etcd does not answer, the version
-// this mount last saw for path.
-func (f *fsys) resolve(ctx context.Context, path string) (version, error) {
-	manifest, size, err := f.opts.Pool.Resolve(uninterrupted(ctx), path)
-	if err == nil {
-		f.saw(path, version{manifest, size})
-		return version{manifest, size}, nil
+// etcdWait is how long a lookup that the mount can answer from what it
+// last saw (its last listing, a name's last version) waits for etcd
+// before it does so. etcd answers in milliseconds: one that has not
+// answered by then is slow or hung (issue 26: SIGSTOPped, it made every
+// lookup wait --pool-timeout). The call goes on in the background,
+// bounded by --pool-timeout: its answer is kept when it comes, and its
+// failure opens the pool's circuit, so that later calls fail at once
+// (pool.ErrEtcdDown) until etcd answers again.
+const etcdWait = 250 * time.Millisecond
+
+// call is a call to the pool that lookups share, or stop waiting for:
+// v and err are set when done is closed.
+type call[T any] struct {
+	done  chan struct{}
+	start time.Time
+	v     T
+	err   error
+}
+
+func newCall[T any]() *call[T] { return &call[T]{done: make(chan struct{}), start: time.Now()} }
+
+func (c *call[T]) run(fn func() (T, error)) {
+	c.v, c.err = fn()
+	close(c.done)
+}
+
+// startCall runs fn in the background.
+func startCall[T any](fn func() (T, error)) *call[T] {
+	c := newCall[T]()
+	go c.run(fn)
+	return c
+}
+
+// wait waits until c ends, or, if the caller has an answer of its own
+// (fallback), at most until etcdWait after c started; it reports whether
+// c ended.
+func (c *call[T]) wait(fallback bool) bool {
+	if !fallback {
+		<-c.done
+		return true
 	}
-	if errors.Is(err, fs.ErrNotExist) {
-		f.saw(path, version{})
-		return version{}, err
+	t := time.NewTimer(etcdWait - time.Since(c.start))
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return true
+	case <-t.C:
+		return false
 	}
+}
+
+// resolve is Pool.Resolve, or, while etcd does not answer (or is slower
+// than etcdWait), the version this mount last saw for path. The call is
+// not made with the request's context: it may outlive the request.
+func (f *fsys) resolve(path string) (version, error) {
 	f.mu.Lock()
-	v, ok := f.versions[path]
+	last, known := f.versions[path]
+	late := f.listing != nil && time.Since(f.listing.start) > etcdWait
 	f.mu.Unlock()
-	if ok {
-		return v, nil
+	if known && late {
+		return last, nil // etcd is late with a listing already: not asked again
 	}
-	return version{}, err
+	c := startCall(func() (version, error) {
+		manifest, size, err := f.opts.Pool.Resolve(context.Background(), path) // it may outlive the request
+		if err == nil {
+			f.saw(path, version{manifest, size})
+		} else if errors.Is(err, fs.ErrNotExist) {
+			f.saw(path, version{})
+		}
+		return version{manifest, size}, err
+	})
+	switch {
+	case !c.wait(known):
+		return last, nil
+	case c.err == nil, errors.Is(c.err, fs.ErrNotExist):
+		return c.v, c.err
+	case known:
+		return last, nil
+	}
+	return version{}, c.err
 }
 
 // Mount mounts the pool at mnt and serves it until unmounted.
@@ -213,25 +275,53 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 	return srv, nil
 }
 
-// list returns the pool's names, listed at most Timeout ago.
-func (f *fsys) list(ctx context.Context) ([]string, syscall.Errno) {
+// list returns the pool's names, listed at most Timeout ago; or, while
+// etcd does not answer (or is slower than etcdWait), the last listing.
+// One listing is in flight at a time; lookups share it (and it is not
+// made with a request's context: it may outlive the request).
+func (f *fsys) list() ([]string, syscall.Errno) {
+	f.mu.Lock()
+	if time.Since(f.listed) < f.opts.Timeout {
+		names := f.names
+		f.mu.Unlock()
+		return names, 0
+	}
+	c := f.listing
+	if c == nil {
+		c = newCall[[]string]()
+		f.listing = c
+		go c.run(func() ([]string, error) { return f.listNow(c) })
+	}
+	last := f.names
+	f.mu.Unlock()
+	switch {
+	case !c.wait(last != nil):
+		return last, 0 // etcd is late: the last listing, meanwhile
+	case c.err == nil:
+		return c.v, 0
+	case last != nil:
+		return last, 0 // an outage: the last listing, until etcd answers
+	}
+	return nil, syscall.EIO
+}
+
+// listNow lists the names for c, and keeps the listing unless forget
+// dropped c meanwhile (a change through this mount may have come after
+// the listing).
+func (f *fsys) listNow(c *call[[]string]) ([]string, error) {
+	names, err := f.opts.Pool.List(context.Background(), "") // it may outlive the request
+	if err != nil && !errors.Is(err, pool.ErrEtcdDown) {
+		f.opts.Logger.Warn("pool mount: list names", "err", err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if time.Since(f.listed) < f.opts.Timeout {
-		return f.names, 0
-	}
-	names, err := f.opts.Pool.List(uninterrupted(ctx), "")
-	if err != nil {
-		if !errors.Is(err, pool.ErrEtcdDown) {
-			f.opts.Logger.Warn("pool mount: list names", "err", err)
+	if f.listing == c {
+		f.listing = nil
+		if err == nil {
+			f.names, f.listed = names, time.Now()
 		}
-		if f.names != nil {
-			return f.names, 0 // an outage: the last listing, until etcd answers
-		}
-		return nil, syscall.EIO
 	}
-	f.names, f.listed = names, time.Now()
-	return names, 0
+	return names, err
 }
 
 // forget drops the listing: the next lookup lists again (after a change
@@ -239,13 +329,14 @@ func (f *fsys) list(ctx context.Context) ([]string, syscall.Errno) {
 func (f *fsys) forget() {
 	f.mu.Lock()
 	f.listed = time.Time{}
+	f.listing = nil
 	f.mu.Unlock()
 }
 
 // kind says what a path is in the listing: a file, a directory (a prefix
 // of names, or made with mkdir), or nothing.
-func (f *fsys) kind(ctx context.Context, p string) (file, dir bool, errno syscall.Errno) {
-	names, errno := f.list(ctx)
+func (f *fsys) kind(p string) (file, dir bool, errno syscall.Errno) {
+	names, errno := f.list()
 	if errno != 0 {
 		return false, false, errno
 	}
@@ -287,6 +378,11 @@ func errno(log *slog.Logger, op string, err error) syscall.Errno {
 	case errors.Is(err, pool.ErrNameConflict):
 		log.Warn("pool mount: "+op, "err", err)
 		return syscall.EEXIST
+	case errors.Is(err, pool.ErrEtcdDown), errors.Is(err, pool.ErrS3Down):
+		// Not made: the service's circuit is open, which the pool
+		// logged once.
+		log.Debug("pool mount: "+op, "err", err)
+		return syscall.EIO
 	case errors.Is(err, syscall.EIO):
 		log.Error("pool mount: "+op, "err", err)
 		return syscall.EIO
@@ -365,13 +461,13 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			}
 		}
 	}
-	file, dir, e := n.fsys.kind(ctx, p)
+	file, dir, e := n.fsys.kind(p)
 	if e != 0 {
 		return nil, e
 	}
 	switch {
 	case file:
-		v, err := n.fsys.resolve(ctx, p)
+		v, err := n.fsys.resolve(p)
 		if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 			return nil, e
 		}
@@ -393,7 +489,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (n *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	names, e := n.fsys.list(ctx)
+	names, e := n.fsys.list()
 	if e != 0 {
 		return nil, e
 	}
@@ -430,7 +526,7 @@ func (n *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	p := join(n.path, name)
-	if file, dir, e := n.fsys.kind(ctx, p); e != 0 {
+	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, e
 	} else if file || dir {
 		return nil, syscall.EEXIST
@@ -445,7 +541,7 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	p := join(n.path, name)
 	n.fsys.forget()
-	names, e := n.fsys.list(ctx)
+	names, e := n.fsys.list()
 	if e != 0 {
 		return e
 	}
@@ -525,7 +621,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 		// A new file being written here, not yet published: its name is
 		// this mount's until its first publish, which will be under dst.
 		// The name it replaces goes now, as a rename over it would take it.
-		if _, isDir, e := n.fsys.kind(ctx, dst); e != 0 {
+		if _, isDir, e := n.fsys.kind(dst); e != 0 {
 			return e
 		} else if isDir {
 			return syscall.EISDIR
@@ -534,7 +630,7 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 			err = nil
 		}
 	} else {
-		if file, dir, e := n.fsys.kind(ctx, from); e != 0 {
+		if file, dir, e := n.fsys.kind(from); e != 0 {
 			return e
 		} else if !file && !dir {
 			return syscall.ENOENT
@@ -583,7 +679,7 @@ func unlockPub(a, b *fileNode) {
 
 func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	p := join(n.path, name)
-	if file, dir, e := n.fsys.kind(ctx, p); e != 0 {
+	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, nil, 0, e
 	} else if dir {
 		return nil, nil, 0, syscall.EISDIR
