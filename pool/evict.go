@@ -55,6 +55,16 @@ func (p *Pool) touch(ctx context.Context, path string) {
 	}
 }
 
+// Saw records that path was seen to exist (a lookup, a stat) as a use,
+// in the background: eviction passes over a name used within MinIdle, and
+// an engine that found a block's name will list it in the manifest it
+// publishes last (seen means kept, docs/DESIGN.md). Like every use, at most
+// one a minute per name from this host is recorded, so MinIdle must exceed
+// the longest snapshot write by a minute (the default, an hour, does).
+func (p *Pool) Saw(path string) {
+	go p.touch(context.Background(), path)
+}
+
 // EvictStats report a capacity eviction.
 type EvictStats struct {
 	LiveBefore int64 // bytes of the distinct chunks the names reach, before

@@ -110,3 +110,54 @@ func TestEvict(t *testing.T) {
 		checkFile(t, a, name, want, 5)
 	}
 }
+
+// TestEvictKeepsSeen: a name another host saw exist (a lookup: Saw) counts
+// as used, so eviction passes over it within MinIdle: an engine that found
+// a block's name lists it in the manifest it publishes last. A name nobody
+// saw goes.
+func TestEvictKeepsSeen(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, ""))
+	const size = 64 << 10
+	for i, name := range []string{"blocks/seen", "blocks/unseen"} {
+		if err := a.Publish(ctx, name, bytes.NewReader(randBytes(size, uint64(50+i))), size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const minIdle = 2 * time.Second
+	time.Sleep(minIdle + time.Second) // both published (used) longer ago
+	b := s.host(t, s.config(t, ""))   // a host that has recorded no use of either
+	b.Saw("blocks/seen")
+	opts := pool.CollectOptions{Grace: time.Nanosecond, Capacity: 1, MinIdle: minIdle}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The sighting is recorded in the background: a dry run shows
+		// when it has landed.
+		opts.DryRun = true
+		st, err := a.Collect(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Evict.Recent == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sighting was not recorded within 10 s: %+v", st.Evict)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	opts.DryRun = false
+	st, err := a.Collect(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := st.Evict; e.Names != 1 || e.Recent != 1 {
+		t.Fatalf("evict: %+v, want the unseen name evicted and the seen one kept", e)
+	}
+	if _, err := a.Stat(ctx, "blocks/seen"); err != nil {
+		t.Fatalf("the name seen was evicted: %v", err)
+	}
+	if _, err := a.Stat(ctx, "blocks/unseen"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the name nobody saw: %v, want it evicted", err)
+	}
+}

@@ -50,7 +50,7 @@ collects at a time; another that tries meanwhile is refused.`)
 	pf.add(fs)
 	grace := fs.Duration("grace", time.Hour, "with --pool: delete only unreached objects older than this")
 	capacity := fs.String("capacity", "", "with --pool: first remove names, least recently used (published or opened, by any host) first, until what the names reach takes at most SIZE (K, M, G, T suffixes)")
-	minIdle := fs.Duration("min-idle", time.Hour, "with --pool and --capacity: never remove a name used within this")
+	minIdle := fs.Duration("min-idle", time.Hour, "with --pool and --capacity: never remove a name used (opened, published, or looked up through a pool mount) within this; keep it above the engine's longest snapshot write plus a minute, since an engine that found a name lists it in the manifest it publishes last")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -472,6 +472,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 			return nil, e
 		}
 		manifest, size := v.manifest, v.size
+		n.fsys.opts.Pool.Saw(p) // kept from eviction (Pool.Saw)
 		n.fsys.fileAttr(&out.Attr, size)
 		node := &fileNode{fsys: n.fsys, name: p}
 		node.setVersion(manifest, size)
