@@ -383,10 +383,11 @@ func (s *Store) chooseFromTable(choose func(TableChoice, *manifest.Tx) error) er
 		s.retain.mu.Unlock()
 		now := time.Now()
 		young := now.Add(-s.blobGrace).UnixNano()
+		fresh := s.freshSince(now)
 		cands := t.buf[:0]
 		for i := range t.ents {
 			e := &t.ents[i]
-			if open[e.ino] || (e.blob != "" && (e.ctime > young || s.seenNow(e.blob, now.UnixNano()))) {
+			if open[e.ino] || e.ctime > fresh || (e.blob != "" && (e.ctime > young || s.seenNow(e.blob, now.UnixNano()))) {
 				continue
 			}
 			c := Candidate{Ino: e.ino, LastUse: e.lastUse, Uses: e.uses, Base: e.base, Cost: e.cost, Bytes: e.bytes}

@@ -142,9 +142,10 @@ func (s *Store) candidates(tx *manifest.Tx) ([]Candidate, int64, error) {
 	tokens := tokenCounts(tx)
 	now := time.Now()
 	young := now.Add(-s.blobGrace).UnixNano()
+	fresh := s.freshSince(now)
 	var cands []Candidate
 	err = tx.ForEachInode(func(n *manifest.Inode) error {
-		if open[n.Ino] || pinned[n.Ino] {
+		if open[n.Ino] || pinned[n.Ino] || n.Ctime > fresh {
 			return nil
 		}
 		if n.Blob != "" && (n.Ctime > young || s.seenNow(n.Blob, now.UnixNano())) {
@@ -187,6 +188,31 @@ func (s *Store) FlushUses() error {
 		return fmt.Errorf("flush uses %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// SetEvictMinAge makes eviction pass over every file changed (written,
+// committed, renamed) within d: a writer's temporary file between its
+// fsync and its rename onto the real name (the engine's atomic writes,
+// FORMAT.md §4.3 and §4.4) is idle and may be the cheapest to evict, and
+// removing it fails the rename that would have saved the snapshot. 0, the
+// default, spares nothing (offline commands; the daemon sets its
+// --evict-min-age).
+func (s *Store) SetEvictMinAge(d time.Duration) {
+	s.retain.mu.Lock()
+	s.retain.minAge = d
+	s.retain.mu.Unlock()
+}
+
+// freshSince is the ctime (ns) after which a file is too fresh to evict,
+// at now: past now if eviction spares none.
+func (s *Store) freshSince(now time.Time) int64 {
+	s.retain.mu.Lock()
+	d := s.retain.minAge
+	s.retain.mu.Unlock()
+	if d <= 0 {
+		return now.UnixNano() + 1
+	}
+	return now.Add(-d).UnixNano()
 }
 
 // OnEvict sets a function called after each file eviction removed (the

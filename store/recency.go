@@ -30,6 +30,8 @@ type retainState struct {
 
 	counts  EvictionCounts
 	onEvict func(Evicted)
+	// minAge spares files changed more recently (SetEvictMinAge).
+	minAge time.Duration
 
 	table candTable // the eviction candidates (candtable.go)
 }

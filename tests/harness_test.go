@@ -155,8 +155,13 @@ func newMountInit(t testing.TB, initArgs []string, mountArgs ...string) *mount {
 // start mounts the store and checks mountinfo. KVFS_TEST_MOUNT_ARGS
 // (split at spaces) adds mount arguments to every mount of a run, e.g.
 // "-o writeback_cache" to run tests with the kernel's writeback cache.
+//
+// Every file is evictable as soon as it is written (--evict-min-age 0,
+// which an argument of the test's own overrides): the capacity tests fill
+// a store and evict at once. TestEvictSparesFreshFiles checks the default.
 func (m *mount) start(t testing.TB, args ...string) {
 	t.Helper()
+	args = append([]string{"--evict-min-age", "0"}, args...)
 	args = append(args, strings.Fields(os.Getenv("KVFS_TEST_MOUNT_ARGS"))...)
 	kvfs(t, append(append([]string{"mount"}, args...), m.store, m.mnt)...)
 	if !isMounted(m.mnt) {

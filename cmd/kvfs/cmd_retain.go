@@ -29,6 +29,7 @@ type retainOptions struct {
 	capacity   string        // --capacity, "" to leave the store's setting
 	retention  string        // --retention, "" to leave it
 	evictEvery time.Duration // how often the evictor looks without a kick
+	minAge     time.Duration // --evict-min-age
 }
 
 func addRetainFlags(fs *pflag.FlagSet, o *retainOptions) {
@@ -36,6 +37,7 @@ func addRetainFlags(fs *pflag.FlagSet, o *retainOptions) {
 	fs.StringVar(&o.retention, "retention", "", "eviction order: lru (least recently used first) or cost-size (GreedyDual); saved in the store (kvfs config)")
 	fs.DurationVar(&o.evictEvery, "evict-interval", 5*time.Second, "testing: how often the evictor checks the capacity between commits")
 	fs.MarkHidden("evict-interval")
+	fs.DurationVar(&o.minAge, "evict-min-age", 10*time.Second, "never evict a file changed more recently than this: a writer's temporary file between its fsync and its rename is idle, and evicting it fails the rename that saves the snapshot")
 }
 
 // settings returns the key=value changes the flags ask for, checked.
@@ -46,6 +48,9 @@ func (o retainOptions) settings() (map[string]string, error) {
 	}
 	if o.retention != "" {
 		kv["retention"] = o.retention
+	}
+	if o.minAge < 0 {
+		return nil, usagef("--evict-min-age: want 0 or more, not %v", o.minAge)
 	}
 	for k, v := range kv {
 		if err := store.CheckSetting(k, v); err != nil {
@@ -64,7 +69,7 @@ func (o retainOptions) args() []string {
 	if o.retention != "" {
 		a = append(a, "--retention", o.retention)
 	}
-	return append(a, "--evict-interval", o.evictEvery.String())
+	return append(a, "--evict-interval", o.evictEvery.String(), "--evict-min-age", o.minAge.String())
 }
 
 // startRetention applies the mount's settings and starts the evictor,
@@ -79,6 +84,7 @@ func startRetention(s *store.Store, srv *kvfs.Server, o retainOptions, log *slog
 			return nil, err
 		}
 	}
+	s.SetEvictMinAge(o.minAge)
 	s.OnEvict(func(e store.Evicted) { srv.Invalidate(e.Path) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
