@@ -206,6 +206,11 @@ user.kvfs.pin, as setfattr would), or with --store, a path in STORE.`)
 	}
 	if *dir == "" {
 		for _, p := range fs.Args() {
+			// Anywhere else the attribute would be set and mean nothing
+			// (an ext4 file keeps user.kvfs.pin as any other attribute).
+			if err := checkInKvfsMount(p); err != nil {
+				return fmt.Errorf("%s %s: %w", name, p, err)
+			}
 			var err error
 			if keep {
 				err = unix.Setxattr(p, store.PinXattr, []byte("1"), 0)
@@ -237,6 +242,24 @@ user.kvfs.pin, as setfattr would), or with --store, a path in STORE.`)
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkInKvfsMount fails unless path lies in a kvfs store's mount (not a
+// pool mount, which keeps no pins), saying where it is instead.
+func checkInKvfsMount(path string) error {
+	e, ok, err := mountContaining(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !ok:
+		return errors.New("not inside a kvfs mount (pin files in a mount, or a store's paths with --store STORE)")
+	case e.Source == poolFsName:
+		return fmt.Errorf("not inside a kvfs mount of a store (%s is a pool mount, which keeps no pins)", e.Point)
+	case !e.isKvfs():
+		return fmt.Errorf("not inside a kvfs mount (it is on the %s filesystem at %s; pin files in a kvfs mount, or a store's paths with --store STORE)", e.FSType, e.Point)
 	}
 	return nil
 }

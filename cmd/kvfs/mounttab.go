@@ -23,6 +23,10 @@ type mountEntry struct {
 	Source string // for kvfs, the store's directory (the FUSE fsname)
 }
 
+// poolFsName is a pool mount's source (fs/poolfs's FsName): its type is
+// fuse.kvfs too.
+const poolFsName = "kvfs-pool"
+
 // isKvfs reports whether e is a kvfs mount: of type fuse.kvfs (Linux), or
 // a FUSE mount whose source is a kvfs store (macFUSE names no subtype).
 func (e mountEntry) isKvfs() bool {
@@ -106,4 +110,54 @@ func cleanMountPath(path string) (string, error) {
 // it for a killed daemon.
 func isDeadMount(err error) bool {
 	return errors.Is(err, syscall.ENOTCONN) || runtime.GOOS == "darwin" && errors.Is(err, syscall.ENXIO)
+}
+
+// mountContaining returns the topmost mount that path lies in: the mount
+// whose point is the longest prefix of path (resolved, from its deepest
+// ancestor that exists, so that a path still to be made is placed too).
+func mountContaining(path string) (mountEntry, bool, error) {
+	p, err := resolveExisting(path)
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	tab, err := mountTable()
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	best := -1
+	for i, e := range tab {
+		if pathUnder(p, e.Point) && (best < 0 || len(e.Point) >= len(tab[best].Point)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return mountEntry{}, false, nil
+	}
+	return tab[best], true, nil
+}
+
+// resolveExisting makes path absolute and resolves the links of its
+// deepest ancestor that exists (path itself if it does); the elements
+// below it are kept as given.
+func resolveExisting(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if p == "/" || p == filepath.Dir(p) {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
+}
+
+// pathUnder reports whether p is dir or lies below it (both clean and
+// absolute).
+func pathUnder(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
