@@ -27,7 +27,7 @@ const progressMinBytes = 64 << 20
 
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var chunk sizeFlag = store.DefaultChunkSize
-	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] [STORE]", "Create an empty store in the directory STORE (created if missing; default:\n$KVFS_STORE, or kvfs/store under $XDG_DATA_HOME, ~/.local/share (Linux) or\n~/Library/Application Support (macOS, where the store is also kept out of\nSpotlight and Time Machine)). The chunk size is fixed for the store's life.\nThe store's owner (by default who runs init) owns the mount's root and the\nfiles stored with put.")
+	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] [STORE]", "Create an empty store in the directory STORE (created if missing; default:\n$KVFS_STORE, or kvfs/store under $XDG_DATA_HOME, ~/.local/share (Linux) or\n~/Library/Application Support (macOS, where the store is also kept out of\nSpotlight and Time Machine)), which must be new or empty and outside any\nkvfs mount. The chunk size is fixed for the store's life.\nThe store's owner (by default who runs init) owns the mount's root and the\nfiles stored with put.")
 	fs.Var(&chunk, "chunk-size", "chunk size C: the unit of deduplication, 4KiB to 64MiB (e.g. 64KiB, 1MiB)")
 	ownerFlag := fs.String("owner", "", "the store's owner, as numeric UID:GID (root initialising a store for a user; the store's files are given to them)")
 	if err := parseFlags(fs, args); err != nil {
@@ -37,10 +37,11 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("want STORE")
 	}
 	dir := fs.Arg(0)
+	mnt := "" // the default mount point, when the store is the default
 	if fs.NArg() == 0 {
 		home, _ := os.UserHomeDir()
 		var err error
-		if dir, _, err = defaultPaths(runtime.GOOS, os.Getenv, home); err != nil {
+		if dir, mnt, err = defaultPaths(runtime.GOOS, os.Getenv, home); err != nil {
 			return usagef("want STORE: %v", err)
 		}
 	}
@@ -53,6 +54,9 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if owner, err = parseOwner(*ownerFlag); err != nil {
 			return usagef("--owner: %v", err)
 		}
+	}
+	if err := checkInitTarget(dir, mnt); err != nil {
+		return err
 	}
 	if err := store.InitAs(dir, int64(chunk), owner); err != nil {
 		return err
@@ -67,6 +71,62 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "kvfs init: warning: %s\n", w)
+	}
+	return nil
+}
+
+// storeEntries are the names a store directory holds (kvfs init, the
+// store, its daemon), and those a directory may hold for it to be taken
+// as empty: a filesystem's lost+found, macOS's markers.
+var storeEntries = map[string]bool{
+	"kvfs.db": true, "packs": true, "spool": true, "journal": true, "reserve": true, "closed-clean": true,
+	socketName: true, "kvfs.log": true,
+	"lost+found": true, spotlightMarker: true, ".DS_Store": true,
+}
+
+// checkInitTarget refuses, before anything is made, a store directory
+// that would fail later or surprise: one that holds a store already, one
+// inside a kvfs mount (a store served by a store: the daemon cannot bind
+// its control socket there, and a store's files in a store are not what
+// anyone means), one holding other files (the store would be mixed into
+// them), and, for the default paths, a store at or inside the default
+// mount point mnt ("" when paths were given), which the mount would hide.
+func checkInitTarget(dir, mnt string) error {
+	if _, err := os.Stat(filepath.Join(dir, "kvfs.db")); err == nil {
+		return fmt.Errorf("a store already exists at %s (kvfs stats %s describes it)", dir, dir)
+	}
+	if e, ok, err := mountContaining(dir); err == nil && ok && e.isKvfs() {
+		what := "the kvfs mount at " + e.Point
+		if e.Source == poolFsName {
+			what = "the kvfs pool mount at " + e.Point
+		} else if e.Source != "" {
+			what += " (of the store " + e.Source + ")"
+		}
+		return fmt.Errorf("init %s: it is inside %s: a store lives on a local filesystem, not in a kvfs mount; choose a directory outside it", dir, what)
+	}
+	if mnt != "" {
+		s, serr := resolveExisting(dir)
+		m, merr := resolveExisting(mnt)
+		if serr == nil && merr == nil && pathUnder(s, m) {
+			return fmt.Errorf("init %s: the default store is at or inside the default mount point %s ($KVFS_STORE, $KVFS_MOUNT), where the mount would hide it; give them different directories", dir, mnt)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // missing (made by init), or init says why
+	}
+	var others []string
+	for _, e := range ents {
+		if !storeEntries[e.Name()] && !strings.HasPrefix(e.Name(), ctlPrivatePrefix) {
+			others = append(others, e.Name())
+		}
+	}
+	if len(others) > 0 {
+		list := strings.Join(others[:min(len(others), 5)], ", ")
+		if len(others) > 5 {
+			list += fmt.Sprintf(", and %d more", len(others)-5)
+		}
+		return fmt.Errorf("init %s: the directory is not empty (it holds %s): a store needs a directory of its own; give a new or empty one", dir, list)
 	}
 	return nil
 }

@@ -33,6 +33,18 @@ func checkMountTarget(storeDir, mnt string, stderr io.Writer) error {
 			return fmt.Errorf("store %s: %w", storeDir, err)
 		}
 	}
+	// A mount over the store (STORE = MOUNTPOINT) or over a directory
+	// above it would hide the store from its own daemon: it failed at the
+	// control socket's bind ("operation not permitted"), through itself.
+	if s, serr := resolveExisting(storeDir); serr == nil {
+		if m, merr := resolveExisting(mnt); merr == nil && pathUnder(s, m) {
+			what := "inside the mount point"
+			if s == m {
+				what = "the mount point too"
+			}
+			return fmt.Errorf("store %s is %s %s: the mount would hide the store from its own daemon; mount it on another directory (the default: kvfs mount with no paths)", storeDir, what, mnt)
+		}
+	}
 	for _, e := range storeMounts(storeDir) {
 		if !deadMount(e.Point) { // a dead one holds the store no more
 			return fmt.Errorf("store %s is already mounted at %s (one daemon serves a store; unmount it first: kvfs unmount %s)", storeDir, e.Point, e.Point)

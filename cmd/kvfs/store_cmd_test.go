@@ -123,7 +123,7 @@ func TestStoreCommandErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"init", st}, exitFailure, "file already exists"},
+		{[]string{"init", st}, exitFailure, "a store already exists at " + st},
 		{[]string{"init", "--chunk-size", "12", filepath.Join(dir, "x")}, exitUsage, "--chunk-size 12 B: want 4KiB to 64MiB"},
 		{[]string{"init", "--chunk-size", "128MiB", filepath.Join(dir, "x")}, exitUsage, "want 4KiB to 64MiB"},
 		{[]string{"init", "--chunk-size", "64.0 KiB", filepath.Join(dir, "k64")}, exitOK, "chunk size 64.0 KiB"},

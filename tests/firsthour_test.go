@@ -1,0 +1,48 @@
+//go:build linux
+
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Issue 27, "the first hour, again": what a new user meets.
+
+// TestInitInsideMountRefused: kvfs init of a directory inside a kvfs
+// mount is refused up front, naming the mount (it succeeded, and the
+// store failed at its mount with a raw "bind: operation not permitted"),
+// and nothing is made there.
+func TestInitInsideMountRefused(t *testing.T) {
+	m := newMount(t)
+	for _, dir := range []string{m.mnt, m.path("sub/store")} {
+		msg := kvfsFails(t, "init", dir)
+		if !strings.Contains(msg, "inside the kvfs mount at "+m.mnt+" (of the store "+m.store+")") {
+			t.Errorf("init %s: %s", dir, msg)
+		}
+	}
+	if ents, _ := os.ReadDir(m.mnt); len(ents) != 0 {
+		t.Errorf("a refused init left %v in the mount", ents)
+	}
+}
+
+// TestMountOverStoreRefused: kvfs mount STORE STORE (or a mount point
+// above the store) is refused before a daemon starts, saying why; it
+// failed in the daemon at the control socket's bind, through the mount.
+func TestMountOverStoreRefused(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	st := filepath.Join(dir, "store")
+	kvfs(t, "init", st)
+	for _, mnt := range []string{st, dir} {
+		msg := kvfsFails(t, "mount", st, mnt)
+		if !strings.Contains(msg, "the mount would hide the store") || strings.Contains(msg, "bind") {
+			t.Errorf("mount %s %s: %s", st, mnt, msg)
+		}
+		if isMounted(mnt) {
+			t.Fatalf("%s was mounted", mnt)
+		}
+	}
+}
