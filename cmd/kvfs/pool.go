@@ -131,7 +131,9 @@ chunk missing or damaged fails the read, never returns wrong bytes.
 
 To try a pool on one machine: eval "$(scripts/services start)".`)
 	pf.add(fs)
-	fs.SetInterspersed(false)
+	// Flags go before or after the subcommand and its arguments, as
+	// elsewhere (kvfs pool ls --pool URL); a NAME that starts with "-"
+	// follows "--".
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -55,3 +55,22 @@ func TestPoolConfigTrusted(t *testing.T) {
 		t.Fatal("reading credentials from a FIFO hangs")
 	}
 }
+
+// TestPoolFlagsAfterSubcommand: kvfs pool's flags work after the
+// subcommand, as every other command's do: "pool ls --pool URL" failed
+// with "pool ls: wrong number of arguments".
+func TestPoolFlagsAfterSubcommand(t *testing.T) {
+	for _, k := range []string{"KVFS_POOL", "KVFS_ENDPOINT", "KVFS_ETCD"} {
+		t.Setenv(k, "")
+	}
+	for _, args := range [][]string{
+		{"pool", "ls", "--pool", "s3://b/p"},
+		{"pool", "ls", "models/", "--pool=s3://b/p"},
+		{"pool", "stats", "--pool", "s3://b/p", "--cache", t.TempDir()},
+	} {
+		code, _, errOut := runCmd(args...)
+		if code != exitUsage || !strings.Contains(errOut, "a pool needs --pool, --endpoint and --etcd") {
+			t.Errorf("kvfs %v: exit %d: %s", args, code, errOut)
+		}
+	}
+}
