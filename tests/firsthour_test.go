@@ -46,3 +46,27 @@ func TestMountOverStoreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsOfOthersStore: kvfs stats of another user's store says whose
+// it is, as kvfs ls does, not a raw "lstat STORE/pool.json: permission
+// denied".
+func TestStatsOfOthersStore(t *testing.T) {
+	u := otherUser(t)
+	dir, err := os.MkdirTemp("", "others-") // t.TempDir's parents are closed to others
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	st := filepath.Join(dir, "store")
+	kvfs(t, "init", st)
+	ls, _ := u.sh(kvfsBin + " ls " + st)
+	stats, err := u.sh(kvfsBin + " stats " + st)
+	want := "belongs to uid 0, not to this user"
+	if !strings.Contains(ls, want) {
+		t.Fatalf("kvfs ls of root's store: %s", ls)
+	}
+	if err == nil || !strings.Contains(stats, want) || strings.Contains(stats, "lstat") {
+		t.Errorf("kvfs stats of root's store: %v: %s", err, stats)
+	}
+}

@@ -136,7 +136,10 @@ func readPoolConfig(storeDir string, timeout time.Duration) (f poolFlags, ok boo
 	}
 	path := filepath.Join(storeDir, poolConfigFile)
 	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		// A directory this user may not read is not a pool mount's of
+		// theirs (a pool mount makes its directory for its user): the
+		// store commands say whose it is.
 		return f, false, nil
 	}
 	if err != nil {
