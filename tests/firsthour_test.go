@@ -70,3 +70,16 @@ func TestStatsOfOthersStore(t *testing.T) {
 		t.Errorf("kvfs stats of root's store: %v: %s", err, stats)
 	}
 }
+
+// TestMatchMountOfPoolMount: kvfs match --mount of a pool mount says
+// that a pool is matched with --pool; it answered a plain miss.
+func TestMatchMountOfPoolMount(t *testing.T) {
+	env := poolEnv(t)
+	mnt := poolMount(t, env, "a")
+	tokens := filepath.Join(t.TempDir(), "t.json")
+	os.WriteFile(tokens, []byte("[1,2,3]"), 0o600)
+	code, out, errOut := poolKvfs(t, env, "match", "--model", "m", "--fingerprint", "f", "--tokens", tokens, "--mount", mnt)
+	if code != 2 || !strings.Contains(errOut, "a pool mount") || !strings.Contains(errOut, "--pool") || strings.Contains(out, "hit") {
+		t.Errorf("match --mount of a pool mount: exit %d: %s%s", code, out, errOut)
+	}
+}

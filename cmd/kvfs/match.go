@@ -77,7 +77,10 @@ parses as one, else raw u32: a raw file that is also a JSON array needs "u32")`)
 		defer p.Close()
 		r, err = p.Match(ctx, q)
 	case *mnt != "":
-		r, err = matchMount(*mnt, q)
+		var root string
+		if root, err = matchMountRoot(*mnt); err == nil {
+			r, err = matchMount(root, q)
+		}
 	default:
 		r, err = matchStore(fs.Arg(0), q)
 	}
@@ -179,6 +182,31 @@ func matchStore(dir string, q store.MatchQuery) (*store.MatchResult, error) {
 		return c.Match(q, cr)
 	}
 	return nil, fmt.Errorf("match %s: no lookup through %T", dir, c)
+}
+
+// matchMountRoot returns the mount point of the kvfs mount that mnt lies
+// in, for kvfs match --mount: a lookup through anything else (a pool
+// mount, which has no /.kvfs, or a directory not mounted) would answer
+// a plain miss. Where the mount table cannot be read, mnt is taken as it
+// is.
+func matchMountRoot(mnt string) (string, error) {
+	e, ok, err := mountContaining(mnt)
+	if err != nil {
+		return mnt, nil
+	}
+	return matchMountEntry(mnt, e, ok)
+}
+
+// matchMountEntry is matchMountRoot's decision, given the mount e that
+// mnt lies in (ok false: none).
+func matchMountEntry(mnt string, e mountEntry, ok bool) (string, error) {
+	switch {
+	case ok && e.Source == poolFsName:
+		return "", usagef("--mount %s: a pool mount (kvfs mount --pool); a pool's snapshots are matched with --pool POOL (or $KVFS_POOL), with --endpoint and --etcd, as the mount was made (kvfs stats of the mount's directory names them)", mnt)
+	case !ok || !e.isKvfs():
+		return "", usagef("--mount %s: not in a kvfs mount (give a kvfs mount point, or the store itself: kvfs match STORE)", mnt)
+	}
+	return e.Point, nil
 }
 
 // matchMount runs the lookup through MNT/.kvfs as the calling user, with
