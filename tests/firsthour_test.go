@@ -83,3 +83,44 @@ func TestMatchMountOfPoolMount(t *testing.T) {
 		t.Errorf("match --mount of a pool mount: exit %d: %s%s", code, out, errOut)
 	}
 }
+
+// TestUserMountFusermountExitCode: when fusermount3 fails a user's
+// mount, kvfs mount (in the background and with -f) prints its exit
+// code, not go-fuse's wait status ("exited with code 256"), with what it
+// said and the likely fix. fusermount3 is a stand-in here that fails as
+// the real one does without access to /dev/fuse.
+func TestUserMountFusermountExitCode(t *testing.T) {
+	u := otherUser(t)
+	dir, err := os.MkdirTemp(u.home, "fusermount-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	fake := "#!/bin/sh\necho 'fusermount3: failed to open /dev/fuse: Permission denied' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "fusermount3"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "w")
+	os.Mkdir(work, 0o755)
+	os.Chown(work, int(u.uid), int(u.gid))
+	st, mnt := filepath.Join(work, "store"), filepath.Join(work, "mnt")
+	u.shOK(t, kvfsBin+" init "+st+" && mkdir "+mnt)
+	for _, fg := range []string{"", "-f "} {
+		out, err := u.sh("PATH=" + bin + ":$PATH " + kvfsBin + " mount " + fg + st + " " + mnt)
+		if err == nil {
+			u.sh(kvfsBin + " unmount " + mnt)
+			t.Fatalf("kvfs mount %sthrough a failing fusermount3 succeeded:\n%s", fg, out)
+		}
+		for _, want := range []string{"failed with exit code 1", "fusermount3: failed to open /dev/fuse: Permission denied", "ls -l /dev/fuse"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("kvfs mount %s: the error lacks %q:\n%s", fg, want, out)
+			}
+		}
+		if strings.Contains(out, "code 256") {
+			t.Errorf("kvfs mount %s: the wait status is printed:\n%s", fg, out)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -219,7 +220,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return mountFailureHint(runtime.GOOS, daemonize([]string{storeDir, mnt}, storeDir, o, stdout))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return mountFailureHint(runtime.GOOS, serve(ctx, storeDir, mnt, o, allowOther, log))
+	err = serve(ctx, storeDir, mnt, o, allowOther, log)
+	if o.readyFD == 0 {
+		// Run by a user, not by daemonize (which explains it with what
+		// fusermount3 wrote to the log).
+		err = explainFusermount(err, nil)
+	}
+	return mountFailureHint(runtime.GOOS, err)
 }
 
 // daemonize starts this command again in the foreground, detached, and
@@ -326,11 +333,16 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	// What fusermount3 said (failed to open /dev/fuse, no write access to
 	// the mount point, ...) is the cause; go-fuse reports only its exit
 	// code. It went to the log: bring it to the terminal.
-	cause := strings.Join(foreignLines(logPath, logStart), "\n")
+	said := foreignLines(logPath, logStart)
+	msg := strings.TrimSpace(strings.TrimPrefix(line, "error:"))
+	if fusermountFailed.MatchString(msg) {
+		return explainFusermount(errors.New(msg), said)
+	}
+	cause := strings.Join(said, "\n")
 	if cause != "" {
 		cause = "\n" + cause
 	}
-	if msg := strings.TrimSpace(strings.TrimPrefix(line, "error:")); msg != "" {
+	if msg != "" {
 		return fmt.Errorf("%s%s", msg, cause)
 	}
 	return fmt.Errorf("daemon exited before the mount was live; see %s%s", logPath, cause)

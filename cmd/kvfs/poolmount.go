@@ -52,7 +52,13 @@ func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 		return mountFailureHint(runtime.GOOS, daemonize([]string{storeDir, mnt}, storeDir, o, stdout))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return mountFailureHint(runtime.GOOS, servePool(ctx, storeDir, mnt, o, allowOther, log))
+	err := servePool(ctx, storeDir, mnt, o, allowOther, log)
+	if o.readyFD == 0 {
+		// Run by a user, not by daemonize (which explains it with what
+		// fusermount3 wrote to the log).
+		err = explainFusermount(err, nil)
+	}
+	return mountFailureHint(runtime.GOOS, err)
 }
 
 // servePool joins the pool, mounts it and serves it until unmounted.
