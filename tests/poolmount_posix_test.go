@@ -109,12 +109,18 @@ func TestPoolMountExclAcrossHosts(t *testing.T) {
 }
 
 // chmod 0600 is kept (or refused), not silently turned into 0644 that
-// lets every user of an allow_other mount read the file (finding 5).
+// lets every user of an allow_other mount read the file (finding 5); so is
+// a create 0600 (issue 26, item 4).
 func TestPoolMountModeKept(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a", "-o", "allow_other")
 	p := filepath.Join(a, "secret")
-	if err := os.WriteFile(p, []byte("secret"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("secret"), 0o600); err == nil {
+		if fi, _ := os.Stat(p); fi != nil && fi.Mode().Perm() != 0o600 {
+			t.Errorf("create 0600 succeeded but the mode is %v: other users can read it", fi.Mode().Perm())
+		}
+	}
+	if err := os.WriteFile(p, []byte("secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	err := os.Chmod(p, 0o600)

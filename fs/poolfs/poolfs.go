@@ -527,6 +527,9 @@ func (n *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	p := join(n.path, name)
+	if e := n.fsys.private(p, mode, 0o055); e != 0 {
+		return nil, e
+	}
 	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, e
 	} else if file || dir {
@@ -537,6 +540,23 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	n.fsys.mu.Unlock()
 	n.fsys.dirAttr(&out.Attr)
 	return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+// private refuses (EPERM), on a mount other users may enter (allow_other),
+// a create or mkdir whose mode (after the creator's umask) withholds from
+// group or others any of the bits in shown: the pool keeps no modes, so
+// the file would be 0644 and the directory 0755 to every user the mount
+// admits, which is not what its creator asked for (a file made 0600, by
+// mkstemp or under umask 077). A chmod that would take reading away is
+// refused likewise (Setattr). Without allow_other the kernel admits only
+// the mounting user, and modes do not matter.
+func (f *fsys) private(p string, mode, shown uint32) syscall.Errno {
+	if !f.opts.AllowOther || mode&shown == shown {
+		return 0
+	}
+	f.opts.Logger.Warn("pool mount: refused a create whose mode other users would not get (the pool keeps no modes: files are 0644, directories 0755, to every user of an allow_other mount)",
+		"path", p, "mode", fmt.Sprintf("%04o", mode&0o7777))
+	return syscall.EPERM
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -680,6 +700,9 @@ func unlockPub(a, b *fileNode) {
 
 func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	p := join(n.path, name)
+	if e := n.fsys.private(p, mode, 0o044); e != 0 {
+		return nil, nil, 0, e
+	}
 	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, nil, 0, e
 	} else if dir {

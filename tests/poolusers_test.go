@@ -1,0 +1,108 @@
+//go:build linux
+
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPoolMountOtherUserLimits (issue 26, item 4): a pool mount root mounted,
+// used by another (unprivileged) user. Without allow_other the kernel
+// refuses the other user everything. With it, the mount shows every file
+// as root's, 0644, and every directory as root's, 0755 (the pool keeps no
+// owners or modes: issue 30), and the kernel checks those
+// (default_permissions): the other user reads root's files, and cannot
+// write, truncate, create, rename, remove, chmod or mkdir; nor unmount
+// the mount or read the host's directory (cache, spool, log). Root's
+// create of a file other users may not read (0600) is refused, as is a
+// mkdir 0700: the pool would show them 0644 and 0755 to every user.
+func TestPoolMountOtherUserLimits(t *testing.T) {
+	u := otherUser(t)
+	env, _ := poolServices(t)
+	open := func(mnt string) {
+		for d := filepath.Dir(mnt); d != "/" && strings.HasPrefix(d, os.TempDir()) && d != filepath.Clean(os.TempDir()); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	denied := func(what, script string) {
+		t.Helper()
+		out, err := u.sh(script)
+		if err == nil || !strings.Contains(out, "ermission denied") && !strings.Contains(out, "not permitted") {
+			t.Errorf("another user could %s: %v %q", what, err, out)
+		}
+	}
+	t.Run("private", func(t *testing.T) {
+		m := poolMount(t, env, "private")
+		open(m)
+		if err := os.WriteFile(filepath.Join(m, "f"), []byte("root's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		denied("read a pool mount without allow_other", "cat "+filepath.Join(m, "f"))
+		denied("list a pool mount without allow_other", "ls "+m)
+		denied("write a pool mount without allow_other", "echo x > "+filepath.Join(m, "g"))
+	})
+	t.Run("allow_other", func(t *testing.T) {
+		m := poolMount(t, env, "shared", "-o", "allow_other")
+		open(m)
+		host := filepath.Join(filepath.Dir(m), "host-shared")
+		f, secret, d := filepath.Join(m, "f"), filepath.Join(m, "secret"), filepath.Join(m, "d")
+		if err := os.WriteFile(f, []byte("root's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "g"), []byte("root's too"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := u.shOK(t, "cat "+f); got != "root's" {
+			t.Fatalf("other user read %q", got)
+		}
+		if got := u.shOK(t, "stat -c '%U %a' "+f+" "+d); got != "root 644\nroot 755\n" {
+			t.Fatalf("other user's stat: %q", got)
+		}
+		denied("overwrite root's file", "echo x > "+f)
+		denied("append to root's file", "echo x >> "+f)
+		denied("truncate root's file", "truncate -s 0 "+f)
+		denied("create a file", "echo x > "+filepath.Join(m, "mine"))
+		denied("create a file in a directory root made 0777", "echo x > "+filepath.Join(d, "mine"))
+		denied("mkdir", "mkdir "+filepath.Join(m, "dir"))
+		denied("rename root's file", "mv "+f+" "+filepath.Join(m, "moved"))
+		denied("remove root's file", "rm -f "+f)
+		denied("remove root's directory's file", "rm -f "+filepath.Join(d, "g"))
+		denied("chmod root's file", "chmod 600 "+f)
+		denied("read the host's directory", "ls "+host)
+		denied("read the host's log", "cat "+filepath.Join(host, "kvfs.log"))
+		if out, err := u.sh(kvfsBin + " unmount " + m); err == nil {
+			t.Errorf("another user unmounted root's pool mount: %q", out)
+		}
+		if got, err := os.ReadFile(f); err != nil || string(got) != "root's" {
+			t.Fatalf("root's file after the other user's attempts: %q, %v", got, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(d, "g")); err != nil || string(got) != "root's too" {
+			t.Fatalf("root's file in d after the other user's attempts: %q, %v", got, err)
+		}
+		// The pool keeps no modes: a file root creates 0600 (or under
+		// umask 077, or with mkstemp) would be 0644 to everyone the
+		// mount admits. The create is refused, as a chmod to 0600 is,
+		// and so is a directory made 0700; 0644 files still are made.
+		if err := os.WriteFile(secret, []byte("root's secret"), 0o600); err == nil {
+			out, err := u.sh("cat " + secret)
+			t.Fatalf("root's create of a 0600 file succeeded, and another user reads it: %v %q", err, out)
+		}
+		if err := os.Mkdir(filepath.Join(m, "private"), 0o700); err == nil {
+			t.Fatal("root's mkdir of a 0700 directory succeeded; another user lists it")
+		}
+		if err := os.WriteFile(filepath.Join(m, "h"), []byte("root's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if names := poolNames(t, env); len(names) != 3 || !names["f"] || !names["d/g"] || !names["h"] {
+			t.Fatalf("pool names after the other user's attempts: %v, want f, d/g and h", names)
+		}
+	})
+}
