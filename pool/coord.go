@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -30,8 +31,10 @@ type coord struct {
 	pfx  string
 	ttl  int // seconds
 
-	mu   sync.Mutex
-	sess *concurrency.Session
+	mu        sync.Mutex
+	sess      *concurrency.Session
+	leaseFile string // where each new session's lease is recorded (TakeOver)
+	log       *slog.Logger
 }
 
 func (c *coord) namesKey(path string) string { return c.pfx + "names/" + path }
@@ -57,9 +60,13 @@ func (c *coord) session(ctx context.Context) (*concurrency.Session, error) {
 			return c.sess, nil
 		}
 	}
-	s, err := c.newSession(ctx, context.WithoutCancel(ctx))
+	s, cluster, err := c.grantSession(ctx, context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, err
+	}
+	if err := c.recordLease(cluster, s.Lease()); err != nil {
+		// Not fatal: a successor then waits out the lease's TTL.
+		c.log.Warn("pool: this host's etcd lease not recorded", "file", c.leaseFile, "err", err)
 	}
 	c.sess = s
 	return s, nil
@@ -68,19 +75,25 @@ func (c *coord) session(ctx context.Context) (*concurrency.Session, error) {
 // newSession grants a lease within ctx (bounded: etcd may not answer) and
 // keeps it alive until life ends or the session is closed.
 func (c *coord) newSession(ctx, life context.Context) (*concurrency.Session, error) {
+	s, _, err := c.grantSession(ctx, life)
+	return s, err
+}
+
+// grantSession is newSession, and the id of etcd's cluster.
+func (c *coord) grantSession(ctx, life context.Context) (*concurrency.Session, uint64, error) {
 	var lease *clientv3.LeaseGrantResponse
 	err := c.etcd.do(ctx, "grant a lease", func(ctx context.Context) (err error) {
 		lease, err = c.cli.Grant(ctx, int64(c.ttl))
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd: grant a lease: %w", err)
+		return nil, 0, fmt.Errorf("etcd: grant a lease: %w", err)
 	}
 	s, err := concurrency.NewSession(c.cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(c.ttl), concurrency.WithContext(life))
 	if err != nil {
-		return nil, fmt.Errorf("etcd: session: %w", err)
+		return nil, 0, fmt.Errorf("etcd: session: %w", err)
 	}
-	return s, nil
+	return s, lease.ResponseHeader.GetClusterId(), nil
 }
 
 // dropSession forgets s (its lease is gone or being given up).

@@ -126,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("pool %s: etcd %v does not answer: %w", cfg.S3.Pool, cfg.Etcd, err)
 	}
 	bucket, prefix, _ := ParsePool(cfg.S3.Pool)
-	co := &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix + "#/", ttl: max(1, int(cfg.LeaseTTL/time.Second))}
+	co := &coord{cli: cli, pfx: "kvfs/" + bucket + "/" + prefix + "#/", ttl: max(1, int(cfg.LeaseTTL/time.Second)), log: cfg.Logger}
 	s3b := newBreaker("S3", cfg.S3.Endpoint, ErrS3Down, cfg.OpTimeout, s3.Ping, cfg.Logger)
 	kv := cli.KV
 	co.etcd = newBreaker("etcd", strings.Join(cfg.Etcd, ","), ErrEtcdDown, cfg.OpTimeout, func(ctx context.Context) error {

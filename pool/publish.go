@@ -129,6 +129,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 		p.coord.cli.Delete(dctx, key)
 	}()
 
+	crashPoint("begun")
 	p.learnNames(ctx)
 	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize, Snap: snap},
 		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
@@ -162,6 +163,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	if err := w.wait(); err != nil {
 		return "", err
 	}
+	crashPoint("packs")
 	name, b, err := w.m.Encode()
 	if err != nil {
 		return "", err
@@ -172,6 +174,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	if err != nil {
 		return "", err
 	}
+	crashPoint("manifest")
 	octx, cancel = p.op(ctx)
 	err = p.coord.commitName(octx, key, path, name)
 	cancel()
@@ -181,6 +184,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	if err != nil {
 		return "", err
 	}
+	crashPoint("named")
 	p.learn(name, &w.m)
 	for _, c := range w.m.Chunks {
 		p.checked(c) // uploaded, or checked before its reuse
@@ -323,6 +327,9 @@ func (w *publishing) flush(ctx context.Context) error {
 		octx, cancel := w.p.op(ctx)
 		err := w.p.objs.Put(octx, packDir+name, bytes.NewReader(body), int64(len(body)))
 		cancel()
+		if err == nil {
+			crashPoint("pack")
+		}
 		if err != nil {
 			w.uploadMu.Lock()
 			if w.uploadErr == nil {

@@ -231,6 +231,14 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 		lock.Close()
 		return nil, fmt.Errorf("pool mount: spool %s is another kvfs daemon's (its STORE is mounted elsewhere): %w", opts.SpoolDir, err)
 	}
+	// The last daemon of this spool directory is dead (the lock): its
+	// etcd lease goes now, with its claims on names being created and
+	// its publish keys, rather than after the lease's TTL (an engine
+	// writing again a file whose create the death failed would be told
+	// EEXIST meanwhile, with no such name listed).
+	if err := opts.Pool.TakeOver(context.Background(), filepath.Join(opts.SpoolDir, "lease")); err != nil {
+		opts.Logger.Warn("pool mount: the etcd lease of this directory's last daemon was not revoked; its claims go when it expires", "err", err)
+	}
 	// Spools of files being written when a daemon died: their writers
 	// got an error, and nothing was published from them.
 	if old, err := filepath.Glob(filepath.Join(opts.SpoolDir, "spool-*")); err == nil {
