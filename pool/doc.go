@@ -191,6 +191,46 @@
 // a new one at the next publish, so a host recovers without a restart
 // once etcd is back.
 //
+// # A host that dies
+//
+// A daemon SIGKILLed during a publish (tests/poolpublishkill_test.go kills
+// one, through $KVFS_TEST_CRASH_AT (crashpoint.go), with the publish key
+// written and nothing uploaded, between pack uploads, with the packs and
+// not the manifest, with the manifest and not the name, and with the name
+// written and the close not told) leaves no name that points to a missing
+// object, and every file whose fsync or close returned reads back whole on
+// every host. The file being published is absent, or (killed after its
+// name was written, though its close failed) whole. What it uploaded is
+// held by its publish key until its lease goes; a pool mount started again
+// on the same directory revokes its predecessor's lease at once (TakeOver:
+// the lease is recorded in STORE/spool/lease, and the spool's lock shows
+// that predecessor dead), so that its uploads can be collected and its
+// claim on a name being created with O_EXCL (Reserve) no longer refuses
+// that name, unlisted, with EEXIST on every host. A host that does not
+// come back holds both for the lease's TTL (LeaseTTL, 10 s).
+//
+// # Other users
+//
+// The pool keeps no owners or modes (yet: issue 30). A pool mount shows
+// every file as the daemon's user's, 0644, and every directory as its,
+// 0755, and the kernel checks those (default_permissions): without
+// allow_other no other user gets in; with it, every user reads every file
+// (there is no private file in a pool), and only the daemon's user
+// creates, writes, truncates, renames and removes. So that no file is
+// shown to others against its creator's wish, on an allow_other mount a
+// create whose mode withholds reading from group or others (0600, mkstemp,
+// a umask of 077) fails with EPERM, as does a mkdir withholding read or
+// search (0700), and, on any mount, a chmod that would take reading away.
+// An engine that makes its files 0600 needs a mount without allow_other.
+// Root passes the kernel's checks as ever. A pool mount has no control
+// socket. The pool itself is guarded by the services, not by the mount:
+// the S3 credentials guard the objects, but kvfs talks to etcd without
+// authentication or TLS (none is supported yet), so any user who reaches
+// etcd's port (any local user, with scripts/services on 127.0.0.1) can
+// rename or remove every name, the mount's permission checks
+// notwithstanding: etcd belongs on a network only the pool's hosts reach,
+// on hosts whose users are trusted.
+//
 // # Tests
 //
 // The end-to-end tests start etcd and versitygw through scripts/services
