@@ -100,6 +100,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // its lock, and one committed since fi was read (its node's store inode
 // is not fi's) is looked up again.
 func (d *dirNode) lookupFrom(ctx context.Context, name string, fi *store.FileInfo, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if fi.Blob != "" || d.inBlocks() {
+		// A listing's entry of a block gives the kernel no node: any
+		// timeout the kernel takes is at least a jiffy (it rounds 1 ns
+		// up), during which a stat right after the listing (ls -l, find,
+		// readdir then stat) would be answered from the kernel's cache,
+		// a sighting the daemon never hears of (blobsight.go). An entry
+		// without a node is listed and not linked
+		// (fuse_direntplus_link), so the check looks the name up.
+		return nil, syscall.ENOENT
+	}
 	locked := d.fileChild(name)
 	if locked != nil {
 		locked.mu.Lock()

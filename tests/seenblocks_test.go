@@ -48,6 +48,7 @@ func init() {
 		for _, sl := range snap.Header.Slots() {
 			for _, b := range sl.Blocks {
 				p := filepath.Join(dir, "blocks", b.Hash)
+				listing()
 				if _, err := os.Stat(p); err == nil {
 					reused++
 					continue
@@ -76,6 +77,9 @@ func init() {
 		return nil
 	}
 }
+
+// listing runs before each of engineturn's existence checks (engineturnls).
+var listing = func() {}
 
 // engineWriteFile writes data to path as the engine does: path.tmp (0600,
 // truncated), fsync, close, rename.
@@ -109,7 +113,13 @@ type engineTurn struct {
 
 func startEngineTurn(t *testing.T, dir, T string) *engineTurn {
 	t.Helper()
-	cmd := client("engineturn", seenFixtures, dir, T)
+	return startEngineTurnAs(t, "engineturn", dir, T)
+}
+
+// startEngineTurnAs is startEngineTurn with the client named name.
+func startEngineTurnAs(t *testing.T, name, dir, T string) *engineTurn {
+	t.Helper()
+	cmd := client(name, seenFixtures, dir, T)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
