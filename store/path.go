@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -492,6 +493,13 @@ func (s *Store) renameTx(tx *manifest.Tx, op uint64, oname string, np uint64, nn
 	}
 	if err := s.checkBlobName(tx, src, dir, nname); err != nil {
 		return nil, err
+	}
+	if src.IsDir() && nname == "blocks" && src.Name != "blocks" && !tx.Empty(ino) {
+		// Its files were not written in a blocks directory: not hashed,
+		// not blobs, so a manifest that lists them would not keep them
+		// (blobs.go), and eviction would take a block an engine found
+		// existing. EXDEV makes mv(1) copy them in, as blocks.
+		return nil, fmt.Errorf("rename a directory with files onto the name blocks: %w", syscall.EXDEV)
 	}
 	var freed []blockstore.Loc
 	if old, err := tx.Lookup(np, nname); err == nil {
