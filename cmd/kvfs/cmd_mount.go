@@ -524,6 +524,16 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		busyWait: busyWait,
 		sleep:    time.Sleep,
 		holders:  func(mnt string) []mountHolder { return procHolders("/proc", mnt, os.Getpid()) },
+		submounts: func(mnt string) []string {
+			tab, _ := mountTable()
+			var subs []string
+			for _, m := range tab {
+				if strings.HasPrefix(m.Point, strings.TrimSuffix(mnt, "/")+"/") {
+					subs = append(subs, m.Point)
+				}
+			}
+			return subs
+		},
 	}
 	if isTerminal(stderr) {
 		sys.say = stderr

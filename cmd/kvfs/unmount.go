@@ -38,6 +38,9 @@ type unmountSys struct {
 	// holders lists the processes that hold the mount at mnt (nil: none
 	// known).
 	holders func(mnt string) []mountHolder
+	// submounts lists the mount points below mnt (nil: not asked): a
+	// mount in the mount keeps it busy with nothing open in it.
+	submounts func(mnt string) []string
 }
 
 // A busy mount is often one whose last user has just let go: a workload
@@ -86,6 +89,15 @@ func busyHolders(mnt string, sys unmountSys) (wait, who string) {
 	}
 	if sys.holders != nil {
 		who = describeHolders(sys.holders(mnt))
+	}
+	if sys.submounts != nil {
+		if subs := sys.submounts(mnt); len(subs) > 0 {
+			said := "mounted in it: " + strings.Join(subs, ", ") + " (unmount that first)"
+			if who != "" {
+				said += "; " + who
+			}
+			who = said
+		}
 	}
 	return wait, who
 }
