@@ -19,9 +19,10 @@ import (
 //   - a lookup (stat, access, open by name, the existence check itself):
 //     cached for blobTimeout, a sighting;
 //   - a getattr of a block: cached for blobTimeout, a sighting;
-//   - an entry of a listing (READDIRPLUS): not cached at all, so that a
-//     later check looks the name up (a collect's listing of every block
-//     does not keep them all);
+//   - an entry of a listing (READDIRPLUS): no node at all
+//     (dirNode.lookupFrom), so that a later check looks the name up (a
+//     timeout, however short, is at least a jiffy to the kernel, and a
+//     collect's listing of every block must not keep them all);
 //   - a file created in a blocks directory (<sha256>.tmp, renamed onto
 //     <sha256> once written): cached for blobTimeout, which the rename
 //     keeps; the new blob is kept for the grace period after it is
@@ -44,14 +45,9 @@ func (d *dirNode) inBlocks() bool {
 
 // blobEntry makes the reply to a lookup of fi in d one that the kernel
 // caches briefly if d is a blocks directory or fi a blob, and records that
-// the caller saw the blob. A listing's entries (listed) are not cached.
-func (d *dirNode) blobEntry(fi *store.FileInfo, out *fuse.EntryOut, listed bool) {
+// the caller saw the blob.
+func (d *dirNode) blobEntry(fi *store.FileInfo, out *fuse.EntryOut) {
 	if fi.Blob == "" && !d.inBlocks() {
-		return
-	}
-	if listed {
-		out.SetEntryTimeout(time.Nanosecond)
-		out.SetAttrTimeout(time.Nanosecond)
 		return
 	}
 	out.SetEntryTimeout(blobTimeout)

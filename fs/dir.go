@@ -90,7 +90,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		}
 		return nil, d.fsys.errno("lookup", err)
 	}
-	d.blobEntry(fi, out, false)
+	d.blobEntry(fi, out)
 	return d.entry(ctx, name, fi, locked, out), 0
 }
 
@@ -119,7 +119,6 @@ func (d *dirNode) lookupFrom(ctx context.Context, name string, fi *store.FileInf
 		}
 		defer locked.mu.Unlock()
 	}
-	d.blobEntry(fi, out, true)
 	return d.entry(ctx, name, fi, locked, out), 0
 }
 
@@ -264,7 +263,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	if err != nil {
 		return nil, nil, 0, d.fsys.errno("create", err)
 	}
-	d.blobEntry(fi, out, false)
+	d.blobEntry(fi, out)
 	ch := d.child(ctx, name, fi, out)
 	f := ch.Operations().(*fileNode)
 	// The new inode came back held: the writer's hold (openWriter).
