@@ -3,10 +3,15 @@
 package tests
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Issue 27, "the first hour, again": what a new user meets.
@@ -122,5 +127,102 @@ func TestUserMountFusermountExitCode(t *testing.T) {
 		if strings.Contains(out, "code 256") {
 			t.Errorf("kvfs mount %s: the wait status is printed:\n%s", fg, out)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use (a process's
+// output read while it runs).
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestForegroundSigintBusy: SIGINT of kvfs mount -f while a file in the
+// mount is open says what it waits for, naming the process and the file
+// (it waited without a word); a second SIGINT detaches the mount lazily
+// (the open file still reads), and the daemon exits 0 once it is closed.
+func TestForegroundSigintBusy(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	st, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	kvfs(t, "init", st)
+	d := exec.Command(kvfsBin, "mount", "-f", st, mnt)
+	var stderr lockedBuffer
+	d.Stderr = &stderr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = d.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			d.Process.Kill()
+			<-exited
+		}
+		if isMounted(mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		for start := time.Now(); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Since(start) > 15*time.Second {
+				t.Fatalf("%s; the daemon said:\n%s", what, stderr.String())
+			}
+		}
+	}
+	waitUntil("not mounted", func() bool { return isMounted(mnt) })
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("still here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d.Process.Signal(os.Interrupt)
+	waitUntil("no word of the busy mount after SIGINT", func() bool { return strings.Contains(stderr.String(), mnt+" is busy") })
+	if s := stderr.String(); !strings.Contains(s, "has "+filepath.Join(mnt, "f")+" open") || !strings.Contains(s, "Ctrl-C again (SIGINT) detaches it now") {
+		t.Errorf("the busy message does not say who holds it and what to do:\n%s", s)
+	}
+	if !isMounted(mnt) {
+		t.Fatal("unmounted with a file open")
+	}
+	d.Process.Signal(os.Interrupt)
+	waitUntil("not detached after a second SIGINT", func() bool { return !isMounted(mnt) })
+	waitUntil("no word of the detach", func() bool { return strings.Contains(stderr.String(), "detached "+mnt) })
+	b := make([]byte, 10)
+	if n, err := f.ReadAt(b, 0); n != 10 || string(b) != "still here" {
+		t.Errorf("the open file after the detach: %q, %v", b[:n], err)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("the daemon exited with a file still open: %v", waitErr)
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.Close()
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("the daemon's exit: %v (want 0: it unmounted as asked)\n%s", waitErr, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the daemon did not exit once the file was closed:\n%s", stderr.String())
 	}
 }

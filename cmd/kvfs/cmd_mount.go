@@ -82,7 +82,7 @@ type mountOptions struct {
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
 	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.\nA STORE that is a local store (kvfs init) is mounted as one whatever\n$KVFS_POOL says; --pool with a local store is refused.")
-	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts")
+	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts (exit status 0). With files in the mount open, SIGINT waits for them to be closed, saying who holds them, and a second SIGINT detaches the mount lazily; SIGTERM detaches it after 5s")
 	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md); ro, noexec, nosuid, nodev (as for any filesystem); fstab's and systemd's own (nofail, _netdev, x-systemd.*, ...) are accepted and ignored; macOS: volname=NAME (default: the mount point's name) and noappledouble are set by default, macFUSE's allow_root, nobrowse, local, auto_cache, iconpath= are passed on, noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr, daemon_timeout are refused, others are passed on with a warning (docs/MACOS.md)")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
@@ -448,7 +448,7 @@ func readyReporter(fd int) func(msg string) {
 }
 
 // serveUntilUnmounted waits until the mount is unmounted, unmounting it
-// at SIGINT or SIGTERM.
+// at SIGINT or SIGTERM (stopOnSignal).
 func serveUntilUnmounted(srv interface {
 	Unmount() error
 	Wait()
@@ -458,28 +458,156 @@ func serveUntilUnmounted(srv interface {
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
+	sys := stopSys{
+		unmount:  srv.Unmount,
+		detach:   func() error { return detachMount(runtime.GOOS, mnt) },
+		holders:  func() []mountHolder { return procHolders("/proc", mnt, os.Getpid()) },
+		poll:     100 * time.Millisecond,
+		termWait: 5 * time.Second,
+	}
+	if isTerminal(os.Stderr) {
+		sys.say = os.Stderr
+	}
+	return stopOnSignal(runtime.GOOS, mnt, sigs, done, sys, log)
+}
+
+// stopSys is what stopOnSignal does to the system.
+type stopSys struct {
+	unmount func() error // a clean unmount (fuse.Server.Unmount): fails while the mount is busy
+	detach  func() error // a lazy unmount (macOS: a forced one)
+	// holders lists the processes that hold the mount.
+	holders func() []mountHolder
+	// say, if not nil (a terminal), is told what happens; otherwise the
+	// log is.
+	say io.Writer
+	// poll is the wait between tries of a busy unmount; termWait how long
+	// a busy mount is tried after SIGTERM before it is detached.
+	poll, termWait time.Duration
+}
+
+// stopOnSignal serves until done is closed (the mount is gone and every
+// request answered), unmounting at the first signal. A clean unmount
+// waits for in-flight requests (commits included) and fails while files
+// in the mount are open; it is tried again until they are closed, saying
+// who holds them. A second signal detaches the mount lazily: its open
+// files keep working until closed, then the daemon exits. After SIGTERM
+// (a service manager's stop, which sends one) the mount is detached by
+// itself after termWait. The daemon exits 0 either way: it was asked to
+// stop and it unmounted cleanly.
+func stopOnSignal(goos, mnt string, sigs <-chan os.Signal, done <-chan struct{}, sys stopSys, log *slog.Logger) error {
+	tell := func(msg string) {
+		if sys.say != nil {
+			fmt.Fprintf(sys.say, "kvfs mount: %s\n", msg)
+		} else {
+			log.Warn(msg)
+		}
+	}
+	var (
+		unmounting, detached bool
+		busy                 = make(chan []mountHolder, 1) // the unmounter's first failure
+		stop                 = make(chan struct{})         // closed at detach: the unmounter stops
+		deadline             <-chan time.Time              // SIGTERM's
+		held                 string                        // who held the mount, as found
+	)
+	again := "Ctrl-C again (SIGINT) detaches it now: open files keep working until closed, then kvfs exits"
+	if goos == "darwin" {
+		again = "Ctrl-C again (SIGINT) forces the unmount now (macOS has no lazy unmount): open files then fail"
+	}
+	detach := func(why string) {
+		if err := sys.detach(); err != nil {
+			tell(fmt.Sprintf("detaching %s (%s): %v", mnt, why, err))
+			return
+		}
+		detached = true
+		close(stop)
+		switch {
+		case goos == "darwin":
+			tell(fmt.Sprintf("forced the unmount of %s (%s)", mnt, why))
+		case held != "":
+			tell(fmt.Sprintf("detached %s (%s); serving its open files until they are closed (%s), then exiting", mnt, why, held))
+		default:
+			tell(fmt.Sprintf("detached %s (%s); serving its open files until they are closed, then exiting", mnt, why))
+		}
+	}
+	defer func() {
+		if !detached {
+			close(stop)
+		}
+	}()
 	for {
 		select {
 		case <-done:
 			log.Info("unmounted", "mountpoint", mnt)
 			return nil
-		case sig := <-sigs:
-			log.Info("unmounting", "signal", sig.String())
-			// Unmount waits for in-flight requests (commits included) to
-			// be answered; a busy mount is retried, then detached.
-			var err error
-			for i := 0; i < 50; i++ {
-				if err = srv.Unmount(); err == nil {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
+		case hs := <-busy:
+			held = describeHolders(hs)
+			if detached {
+				continue
 			}
-			if err != nil {
-				log.Warn("mount busy; detaching", "err", err)
-				syscall.Unmount(mnt, detachFlag)
+			who := held
+			if who == "" {
+				who = fmt.Sprintf("files in it are open or a process works in it (fuser -vm %s lists them)", mnt)
+			}
+			msg := fmt.Sprintf("%s is busy: %s; waiting for them to be closed to unmount. %s", mnt, who, again)
+			if deadline != nil {
+				msg = fmt.Sprintf("%s is busy: %s; waiting up to %v for them to be closed, then detaching it", mnt, who, sys.termWait)
+			}
+			tell(msg)
+		case <-deadline:
+			deadline = nil
+			if !detached {
+				detach(fmt.Sprintf("still busy %v after SIGTERM", sys.termWait))
+			}
+		case sig := <-sigs:
+			switch {
+			case !unmounting:
+				unmounting = true
+				log.Info("unmounting", "signal", sig.String())
+				if sig == syscall.SIGTERM {
+					deadline = time.After(sys.termWait)
+				}
+				go func() {
+					for first := true; ; first = false {
+						err := sys.unmount()
+						if err == nil {
+							return
+						}
+						if first {
+							log.Debug("unmount failed; trying again", "err", err)
+							busy <- sys.holders()
+						}
+						select {
+						case <-stop:
+							return
+						case <-time.After(sys.poll):
+						}
+					}
+				}()
+			case !detached:
+				detach("a second " + sig.String())
+			default:
+				tell(fmt.Sprintf("%s is detached; its open files keep kvfs until they are closed (kill -9 %d stops it now; they then fail)", mnt, os.Getpid()))
 			}
 		}
 	}
+}
+
+// detachMount unmounts the mount at mnt lazily on Linux (as root with
+// unmount(2), otherwise through fusermount3 -u -z), and by force on
+// macOS, which has no lazy unmount.
+func detachMount(goos, mnt string) error {
+	if goos == "darwin" || os.Geteuid() == 0 {
+		return syscall.Unmount(mnt, detachFlag)
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(bin); err == nil {
+			if out, err := exec.Command(p, "-u", "-z", mnt).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s -u -z: %v: %s", bin, err, strings.TrimSpace(string(out)))
+			}
+			return nil
+		}
+	}
+	return errors.New("no fusermount3")
 }
 
 // logFileLimit logs the daemon's descriptor limit at start, for whoever
