@@ -236,6 +236,11 @@ func journalSegmentFor(dir string) int64 {
 	return min(max(int64(st.Blocks)*int64(st.Bsize)/64, lo), hi) &^ 4095
 }
 
+// JournalBytes is the disk space that the journal of a new store in dir
+// preallocates: two segments (one in use, one made ahead) of
+// journalSegmentFor's size.
+func JournalBytes(dir string) int64 { return 2 * journalSegmentFor(dir) }
+
 // journalMaxPayload is the largest record the store's journal takes: a
 // commit's record holds its manifest and chunk records (about 100 bytes a
 // chunk), so the bound sets the largest file one commit can hold (about

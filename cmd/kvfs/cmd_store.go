@@ -62,6 +62,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "initialised store %s (chunk size %s)\n", dir, formatBytes(int64(chunk)))
+	fmt.Fprintf(stdout, "  %s\n", emptyFootprint(dir, store.JournalBytes(dir)))
 	done, warnings := excludeStore(runtime.GOOS, dir, excludeSys{
 		create: func(p string) error { return createMarker(p, owner) },
 		run:    func(name string, args ...string) ([]byte, error) { return exec.Command(name, args...).CombinedOutput() },
@@ -434,10 +435,21 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// What the store's files take on disk, which an empty store's
+	// reserve and journal make far more than its stored bytes.
+	var disk *footprint
+	if real, err := filepath.EvalSymlinks(fs.Arg(0)); err == nil {
+		if f, err := storeFootprint(real); err == nil {
+			disk = &f
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(struct {
+			*store.Stats
+			Disk *footprint `json:"disk,omitempty"`
+		}{st, disk})
 	}
 	fmt.Fprintf(stdout, "store:         %s\n", filepath.Clean(fs.Arg(0)))
 	fmt.Fprintf(stdout, "files:         %d in %d directories\n", st.Files, st.Dirs)
@@ -449,6 +461,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if st.DeadBytes > 0 {
 		fmt.Fprintf(stdout, "               (dead: pack bytes no chunk uses any more: released, or commit padding;\n"+
 			"                punched where the filesystem can, reclaimed by compaction: kvfs gc)\n")
+	}
+	if disk != nil {
+		fmt.Fprintf(stdout, "on disk:       %s\n", disk)
 	}
 	return nil
 }
