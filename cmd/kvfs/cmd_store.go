@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path"
@@ -14,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -320,8 +320,9 @@ func allZero(b []byte) bool {
 }
 
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("ls", "[-l] STORE [PATH]", "List the directory PATH (default: the root) of STORE, or describe the file PATH.")
+	fs := newFlags("ls", "[-l [-h]] STORE [PATH]", "List the directory PATH (default: the root) of STORE, or describe the file PATH.")
 	long := fs.BoolP("long", "l", false, "show mode, size, modification time and how each file is stored")
+	human := fs.BoolP("human-readable", "h", false, "with -l, sizes as 1.2M, 64K (powers of 1024), as ls -lh prints them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -347,7 +348,10 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', tabwriter.AlignRight)
+	// Columns as ls -l has them: the size right-aligned, the rest left.
+	type row struct{ mode, size, mtime, kind, name string }
+	var rows []row
+	sizeW, kindW := 0, 0
 	for _, e := range ents {
 		name := displayName(e.Name)
 		if e.IsDir() {
@@ -357,13 +361,48 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, name)
 			continue
 		}
-		kind := e.Kind
-		if e.IsDir() {
-			kind = "dir"
+		r := row{mode: e.Mode.String(), size: strconv.FormatInt(e.Size, 10), mtime: e.Mtime.Format("2006-01-02 15:04"), kind: e.Kind, name: name}
+		if *human {
+			r.size = humanSize(e.Size)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t %s\n", e.Mode, e.Size, e.Mtime.Format("2006-01-02 15:04"), kind, name)
+		if e.IsDir() {
+			r.kind = "dir"
+		}
+		sizeW, kindW = max(sizeW, len(r.size)), max(kindW, len(r.kind))
+		rows = append(rows, r)
 	}
-	return tw.Flush()
+	for _, r := range rows {
+		if _, err := fmt.Fprintf(stdout, "%s %*s %s %-*s %s\n", r.mode, sizeW, r.size, r.mtime, kindW, r.kind, r.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// humanSize is a size as ls -h prints it: bytes below 1024, then K, M, G,
+// ... (powers of 1024) with one decimal below 10, rounded up as ls does.
+func humanSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10)
+	}
+	v := float64(n)
+	unit := 0
+	for v >= 1024 && unit < 6 {
+		v /= 1024
+		unit++
+	}
+	suffix := string("KMGTPE"[unit-1])
+	if v < 10 {
+		v = math.Ceil(v*10) / 10
+		if v < 10 {
+			return strconv.FormatFloat(v, 'f', 1, 64) + suffix
+		}
+	}
+	v = math.Ceil(v)
+	if v >= 1024 && unit < 6 {
+		return "1.0" + string("KMGTPE"[unit])
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64) + suffix
 }
 
 func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -452,10 +491,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}{st, disk})
 	}
 	fmt.Fprintf(stdout, "store:         %s\n", filepath.Clean(fs.Arg(0)))
-	fmt.Fprintf(stdout, "files:         %d in %d directories\n", st.Files, st.Dirs)
+	fmt.Fprintf(stdout, "files:         %d in %s\n", st.Files, plural(st.Dirs, "directory", "directories"))
 	fmt.Fprintf(stdout, "logical bytes: %d (%s), of which zeros %s\n", st.LogicalBytes, formatBytes(st.LogicalBytes), formatBytes(st.ZeroBytes))
 	fmt.Fprintf(stdout, "stored bytes:  %d (%s)\n", st.StoredBytes, formatBytes(st.StoredBytes))
-	fmt.Fprintf(stdout, "dedup ratio:   %.2fx\n", st.DedupRatio)
+	fmt.Fprintf(stdout, "dedup ratio:   %s\n", dedupRatio(st.DedupRatio, st.StoredBytes))
 	fmt.Fprintf(stdout, "chunks:        %d (chunk size %s)\n", st.Chunks, formatBytes(st.ChunkSize))
 	fmt.Fprintf(stdout, "packs:         %d, %s committed, %s dead\n", st.Packs, formatBytes(st.PackBytes), formatBytes(st.DeadBytes))
 	if st.DeadBytes > 0 {
@@ -466,6 +505,23 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "on disk:       %s\n", disk)
 	}
 	return nil
+}
+
+// plural is n and the noun, singular or plural.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// dedupRatio prints a dedup ratio; with nothing stored there is none
+// ("0.00x" read as a store that grew its data).
+func dedupRatio(r float64, stored int64) string {
+	if stored == 0 {
+		return "— (nothing stored)"
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 // sizeFlag is a byte size flag: a number with an optional unit, as

@@ -224,7 +224,7 @@ func printPoolStats(ctx context.Context, p *pool.Pool, pf *poolFlags, stdout io.
 	fmt.Fprintf(stdout, "names:         %d\n", u.Names)
 	fmt.Fprintf(stdout, "logical bytes: %d (%s)\n", u.LogicalBytes, formatBytes(u.LogicalBytes))
 	fmt.Fprintf(stdout, "live bytes:    %d (%s): the distinct chunks the names reach\n", u.LiveBytes, formatBytes(u.LiveBytes))
-	fmt.Fprintf(stdout, "dedup ratio:   %.2fx\n", u.DedupRatio())
+	fmt.Fprintf(stdout, "dedup ratio:   %s\n", dedupRatio(u.DedupRatio(), u.LiveBytes))
 	fmt.Fprintf(stdout, "objects:       %d manifests, %d packs of %s\n", u.Manifests, u.Packs, formatBytes(u.PackBytes))
 	fmt.Fprintf(stdout, "dead bytes:    %d (%s): pack bytes no name reaches (kvfs gc --pool reclaims them)\n", u.DeadBytes, formatBytes(u.DeadBytes))
 	if pf.cache == "" {

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLsLongHuman: kvfs ls -lh prints sizes as ls -lh does (-h printed
+// the help), and no line of ls -l starts with a space.
+func TestLsLongHuman(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "init", st)
+	mustRun(t, "put", st, whole300, "d/a.mlxkv")
+	for _, args := range [][]string{{"ls", "-l", st}, {"ls", "-l", st, "d"}, {"ls", "-lh", st, "d"}} {
+		out := mustRun(t, args...)
+		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if !strings.HasPrefix(l, "d") && !strings.HasPrefix(l, "-") {
+				t.Errorf("kvfs %v: line %q does not start with the mode", args, l)
+			}
+		}
+	}
+	if out := mustRun(t, "ls", "-lh", st, "d"); !strings.Contains(out, " 1.2M ") || strings.Contains(out, "1257472") || strings.Contains(out, "Usage") {
+		t.Errorf("ls -lh: %q", out)
+	}
+	for n, want := range map[int64]string{0: "0", 1023: "1023", 1024: "1.0K", 1257472: "1.2M", 10 << 20: "10M", 1<<30 - 1: "1.0G", 65 << 10: "65K"} {
+		if got := humanSize(n); got != want {
+			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestStatsWords: kvfs stats says "1 directory", and an empty store's
+// dedup ratio is none, not "0.00x".
+func TestStatsWords(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "init", st)
+	out := mustRun(t, "stats", st)
+	if !strings.Contains(out, "files:         0 in 1 directory\n") || !strings.Contains(out, "dedup ratio:   — (nothing stored)\n") {
+		t.Errorf("stats of an empty store:\n%s", out)
+	}
+	mustRun(t, "put", st, whole300, "d/a.mlxkv")
+	out = mustRun(t, "stats", st)
+	if !strings.Contains(out, "files:         1 in 2 directories\n") || !strings.Contains(out, "dedup ratio:   1.02x\n") {
+		t.Errorf("stats of a store with a file:\n%s", out)
+	}
+}
