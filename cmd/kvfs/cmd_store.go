@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -268,7 +269,16 @@ func copyOut(ctx context.Context, r io.Reader, size int64, dst string, bar *prog
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		// Named for the destination, not the temporary file beside it,
+		// which the user never asked for.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, iofs.ErrNotExist) {
+			return fmt.Errorf("write %s: %w (the directory %s does not exist)", dst, err, filepath.Dir(dst))
+		}
+		return fmt.Errorf("write %s (through %s): %w", dst, filepath.Base(tmp), err)
 	}
 	ok := false
 	defer func() {
@@ -288,7 +298,7 @@ func copyOut(ctx context.Context, r io.Reader, size int64, dst string, bar *prog
 		}
 		if !allZero(buf[:n]) {
 			if _, err := out.WriteAt(buf[:n], off); err != nil {
-				return fmt.Errorf("write %s: %w", tmp, err)
+				return fmt.Errorf("write %s (through %s): %w", dst, filepath.Base(tmp), err)
 			}
 		}
 		off += int64(n)

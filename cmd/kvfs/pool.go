@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -285,7 +287,15 @@ func poolGet(ctx context.Context, p *pool.Pool, name, local string, w io.Writer)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(local), ".kvfs-get-*")
 	if err != nil {
-		return fmt.Errorf("get %s: %w", name, err)
+		// Named for the destination, not the temporary file.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("get %s: write %s: %w (the directory %s does not exist)", name, local, err, filepath.Dir(local))
+		}
+		return fmt.Errorf("get %s: write %s: %w", name, local, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, src); err != nil {

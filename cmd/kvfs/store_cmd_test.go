@@ -135,7 +135,7 @@ func TestStoreCommandErrors(t *testing.T) {
 		{[]string{"put", st, whole300, "a/b"}, exitFailure, "not a directory"},
 		{[]string{"put", st, whole300, "../escape"}, exitFailure, "not allowed"},
 		{[]string{"get", st, "missing", filepath.Join(dir, "o")}, exitFailure, "open missing: file does not exist"},
-		{[]string{"get", st, "a", filepath.Join(dir, "nodir", "o")}, exitFailure, "no such file"},
+		{[]string{"get", st, "a", filepath.Join(dir, "nodir", "o")}, exitFailure, "get a: write " + filepath.Join(dir, "nodir", "o") + ": no such file or directory (the directory " + filepath.Join(dir, "nodir") + " does not exist)"},
 		{[]string{"rm", st, "missing"}, exitFailure, "remove missing"},
 		{[]string{"mv", st, "missing", "x"}, exitFailure, "rename missing"},
 		{[]string{"put", st, whole300}, exitUsage, "want STORE SRC DEST"},
