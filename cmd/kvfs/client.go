@@ -60,12 +60,11 @@ func connectWith(dir string, to socketTimeouts) (storeClient, error) {
 			return nil, err
 		}
 	}
+	if err := notAStore(dir); err != nil {
+		return nil, err
+	}
 	s, err := store.Open(dir, store.Options{})
 	if err != nil {
-		if e, ok, _ := mountAt(dir); ok && e.isKvfs() {
-			// Not "run kvfs init": that would make a store inside the mount.
-			return nil, fmt.Errorf("open store %s: this is a kvfs mount point, not a store; its store is %s (or use the mount itself, with ls, cp, ...)", dir, e.Source)
-		}
 		return nil, err
 	}
 	return localClient{s}, nil

@@ -243,7 +243,7 @@ func daemonize(args []string, storeDir string, o mountOptions, stdout io.Writer)
 	// goes only into a store directory that exists, checked as this
 	// user's.
 	if fi, err := os.Lstat(real); err != nil || !fi.IsDir() {
-		return fmt.Errorf("open store %s: no store here (run kvfs init)", storeDir)
+		return fmt.Errorf("%s is not a kvfs store (create one with: kvfs init %s)", storeDir, storeDir)
 	}
 	logPath := o.logFile
 	if logPath == "" {

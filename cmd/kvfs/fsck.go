@@ -73,7 +73,11 @@ Exit status:
 	}
 	code, err := fsckMounted(ctx, fs.Arg(0), opts, stdout)
 	if err == errNotMounted {
-		code, err = gc.Fsck(ctx, fs.Arg(0), opts, stdout)
+		if err = notAStore(fs.Arg(0)); err != nil {
+			code = gc.StatusFailed
+		} else {
+			code, err = gc.Fsck(ctx, fs.Arg(0), opts, stdout)
+		}
 	}
 	if bar != nil {
 		bar.done()

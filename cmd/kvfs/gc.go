@@ -92,6 +92,9 @@ collects at a time; another that tries meanwhile is refused.`)
 	opts := store.CompactOptions{Threshold: *threshold, DryRun: *dry}
 	res, err := compactMounted(dir, opts)
 	if err == errNotMounted {
+		if err := notAStore(dir); err != nil {
+			return err
+		}
 		bar := newProgress(stderr, "copy", 64<<20, 1<<62)
 		opts.Progress = bar.update
 		gopts := gc.CompactOptions{CompactOptions: opts}

@@ -20,18 +20,8 @@ import (
 // connected") is detached when root, with a line saying so; others are
 // told what to run.
 func checkMountTarget(storeDir, mnt string, stderr io.Writer) error {
-	if _, err := os.Stat(filepath.Join(storeDir, "kvfs.db")); err != nil {
-		switch {
-		case errors.Is(err, iofs.ErrPermission):
-			return fmt.Errorf("store %s: permission denied: the store belongs to another user (%s); mount it as that user", storeDir, ownerOf(storeDir))
-		case errors.Is(err, iofs.ErrNotExist):
-			if e, ok, _ := mountAt(storeDir); ok && e.isKvfs() {
-				return fmt.Errorf("%s is a kvfs mount point (of the store %s), not a store", storeDir, e.Source)
-			}
-			return fmt.Errorf("%s is not a kvfs store (create one with: kvfs init %s)", storeDir, storeDir)
-		default:
-			return fmt.Errorf("store %s: %w", storeDir, err)
-		}
+	if err := notAStore(storeDir); err != nil {
+		return err
 	}
 	// A mount over the store (STORE = MOUNTPOINT) or over a directory
 	// above it would hide the store from its own daemon: it failed at the
@@ -75,6 +65,32 @@ func checkMountTarget(storeDir, mnt string, stderr io.Writer) error {
 		return fmt.Errorf("mount point %s is not a directory", mnt)
 	}
 	return nil
+}
+
+// notAStore says why dir holds no store this user can open, or returns
+// nil: one message for every command that takes a STORE, naming what dir
+// is instead and what to run.
+func notAStore(dir string) error {
+	_, err := os.Stat(filepath.Join(dir, "kvfs.db"))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, iofs.ErrPermission):
+		return fmt.Errorf("store %s: permission denied: the store belongs to another user (%s); use it as that user", dir, ownerOf(dir))
+	case errors.Is(err, iofs.ErrNotExist):
+		if e, ok, _ := mountAt(dir); ok && e.Source == poolFsName {
+			return fmt.Errorf("%s is a pool's mount point (kvfs mount --pool), not a store (use the mount itself, with ls, cp, ..., or kvfs pool)", dir)
+		} else if ok && e.isKvfs() {
+			// Not "run kvfs init": that would make a store inside the mount.
+			return fmt.Errorf("%s is a kvfs mount point (of the store %s), not a store (give the store, or use the mount itself, with ls, cp, ...)", dir, e.Source)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, poolConfigFile)); err == nil {
+			return fmt.Errorf("%s is a pool mount's directory (kvfs mount --pool: its cache and spool), not a store (kvfs stats %s describes the pool)", dir, dir)
+		}
+		return fmt.Errorf("%s is not a kvfs store (create one with: kvfs init %s)", dir, dir)
+	default:
+		return fmt.Errorf("store %s: %w", dir, err)
+	}
 }
 
 // deadMount reports whether the FUSE mount at mnt has lost its daemon.
