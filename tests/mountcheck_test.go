@@ -138,7 +138,8 @@ func TestMountOverDeadMount(t *testing.T) {
 
 // TestUnmountOnlyKvfs: kvfs unmount, even as root, refuses a mount that is
 // not kvfs (a tmpfs stays mounted) and a directory that is no mount point,
-// naming what it found; a busy kvfs mount's error points at --lazy, which
+// naming what it found (and, for a directory inside a kvfs mount, the
+// mount point to give); a busy kvfs mount's error points at --lazy, which
 // then detaches it.
 func TestUnmountOnlyKvfs(t *testing.T) {
 	requireRoot(t)
@@ -156,7 +157,7 @@ func TestUnmountOnlyKvfs(t *testing.T) {
 		t.Fatalf("the tmpfs at %s is gone: %v", tmp, err)
 	}
 	plain := t.TempDir()
-	if msg := kvfsFails(t, "unmount", plain); !strings.Contains(msg, "not a mount point") {
+	if msg := kvfsFails(t, "unmount", plain); !strings.Contains(msg, "unmount "+plain+": it is not mounted") {
 		t.Errorf("unmount of a plain directory: %s", msg)
 	}
 
@@ -166,6 +167,9 @@ func TestUnmountOnlyKvfs(t *testing.T) {
 	m := newMount(t)
 	os.WriteFile(m.path("f"), []byte("x"), 0o644)
 	os.Mkdir(m.path("d"), 0o755)
+	if msg := kvfsFails(t, "unmount", m.path("d")); !strings.Contains(msg, "inside the kvfs mount at "+m.mnt+" (kvfs unmount "+m.mnt) {
+		t.Errorf("unmount of a directory in a mount: %s", msg)
+	}
 	holder := exec.Command("sh", "-c", "exec sleep 60 < "+m.path("f"))
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)

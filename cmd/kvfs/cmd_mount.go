@@ -610,6 +610,18 @@ func detachMount(goos, mnt string) error {
 	return errors.New("no fusermount3")
 }
 
+// notMounted is kvfs unmount's error for a path at which nothing is
+// mounted: which path, and where the kvfs mount it lies in is, if any.
+func notMounted(mnt string) error {
+	if _, err := os.Lstat(mnt); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unmount %s: no such directory, and nothing is mounted there", mnt)
+	}
+	if e, ok, err := mountContaining(mnt); err == nil && ok && e.isKvfs() {
+		return fmt.Errorf("unmount %s: it is not mounted: it is a directory inside the kvfs mount at %s (kvfs unmount %s unmounts that)", mnt, e.Point, e.Point)
+	}
+	return fmt.Errorf("unmount %s: it is not mounted (nothing is mounted at %s)", mnt, mnt)
+}
+
 // logFileLimit logs the daemon's descriptor limit at start, for whoever
 // reads the log after an EMFILE. Go raises the soft RLIMIT_NOFILE to the
 // hard limit (less one) when the process starts (since Go 1.19), so there
@@ -640,7 +652,7 @@ func runUnmount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case err != nil:
 		return fmt.Errorf("unmount %s: %w", mnt, err)
 	case !ok:
-		return fmt.Errorf("unmount %s: not a mount point", mnt)
+		return notMounted(mnt)
 	case !e.isKvfs():
 		return fmt.Errorf("unmount %s: not a kvfs mount (a %s mount of %s); kvfs unmounts only its own", mnt, e.FSType, e.Source)
 	}
