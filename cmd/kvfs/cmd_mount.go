@@ -187,7 +187,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(fs.Args()) == 0 {
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
-			return fmt.Errorf("mount: create the default mount point: %w", err)
+			return fmt.Errorf("create the default mount point %s: %w", mnt, err)
 		}
 	}
 	if o.pool.pool != "" && isLocalStore(storeDir) {

@@ -15,11 +15,15 @@ const fuseConf = "/etc/fuse.conf"
 // let other users in. fusermount3 says so on the daemon's standard error
 // (the log), and go-fuse reports only its exit status; this says it to
 // the user who ran kvfs mount.
-func checkAllowOther() error {
-	if os.Geteuid() == 0 {
+func checkAllowOther() error { return checkAllowOtherIn(os.Geteuid(), fuseConf) }
+
+// checkAllowOtherIn is checkAllowOther for the user euid, with conf as
+// fusermount3's configuration file.
+func checkAllowOtherIn(euid int, conf string) error {
+	if euid == 0 {
 		return nil
 	}
-	f, err := os.Open(fuseConf)
+	f, err := os.Open(conf)
 	if err == nil {
 		defer f.Close()
 		sc := bufio.NewScanner(f)
@@ -30,5 +34,5 @@ func checkAllowOther() error {
 			}
 		}
 	}
-	return fmt.Errorf("mount: -o allow_other as a user other than root needs a line user_allow_other in %s (ask root to add it)", fuseConf)
+	return fmt.Errorf("-o allow_other as a user other than root needs a line user_allow_other in %s (ask root to add it)", conf)
 }

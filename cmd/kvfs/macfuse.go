@@ -51,9 +51,9 @@ func checkMacFUSE(stat func(string) (iofs.FileInfo, error)) error {
 			problems = append(problems, fmt.Sprintf("%s: %v", p, err))
 		}
 	}
-	msg := "mount: macFUSE is not installed (no mount helper at " + macFUSEHelpers[0] + ")"
+	msg := "macFUSE is not installed (no mount helper at " + macFUSEHelpers[0] + ")"
 	if len(problems) > 0 {
-		msg = "mount: macFUSE's mount helper is unusable:\n  " + strings.Join(problems, "\n  ")
+		msg = "macFUSE's mount helper is unusable:\n  " + strings.Join(problems, "\n  ")
 	}
 	return fmt.Errorf("%s\n%s", msg, macFUSEInstall)
 }

@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitOK
 		case errors.As(err, &es):
 			if es.err != nil {
-				fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, es.err)
+				fmt.Fprintf(stderr, "kvfs %s: %s\n", c.name, errorText(c.name, es.err))
 			}
 			return es.code
 		case errors.Is(err, pflag.ErrHelp):
@@ -119,21 +119,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return exitOK
 		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "kvfs %s: %v\nRun 'kvfs %s --help' for usage.\n", c.name, err, c.name)
+			fmt.Fprintf(stderr, "kvfs %s: %s\nRun 'kvfs %s --help' for usage.\n", c.name, errorText(c.name, err), c.name)
 			return exitUsage
 		case ctx.Err() != nil:
-			fmt.Fprintf(stderr, "kvfs %s: interrupted: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "kvfs %s: interrupted: %s\n", c.name, errorText(c.name, err))
 			return exitCanceled
 		case errors.Is(err, errCorrupt):
-			fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "kvfs %s: %s\n", c.name, errorText(c.name, err))
 			return exitCorrupt
 		default:
-			fmt.Fprintf(stderr, "kvfs %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "kvfs %s: %s\n", c.name, errorText(c.name, err))
 			return exitFailure
 		}
 	}
 	fmt.Fprintf(stderr, "kvfs: unknown command %q\nRun 'kvfs help' for the list of commands.\n", args[0])
 	return exitUsage
+}
+
+// errorText is err's message for "kvfs NAME: ...", without a "NAME: "
+// of its own in front ("kvfs mount: mount: ...").
+func errorText(name string, err error) string {
+	msg := err.Error()
+	for strings.HasPrefix(msg, name+": ") {
+		msg = strings.TrimPrefix(msg, name+": ")
+	}
+	return msg
 }
 
 // isHelp reports whether arg asks for kvfs's own help.
