@@ -65,7 +65,7 @@ func connectWith(dir string, to socketTimeouts) (storeClient, error) {
 	}
 	s, err := store.Open(dir, store.Options{})
 	if err != nil {
-		return nil, err
+		return nil, inUseBy(dir, err)
 	}
 	return localClient{s}, nil
 }

@@ -393,7 +393,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	s, err := store.Open(storeDir, store.Options{Logger: log, Verify: o.verify, BlobGrace: o.blobGrace, MaxOpenPacks: o.maxOpenPacks, PackBytes: o.packBytes,
 		NoJournal: o.noJournal, CheckpointInterval: o.checkpointEvery, OnJournalSync: metrics.JournalSynced})
 	if err != nil {
-		return fail(err)
+		return fail(inUseBy(storeDir, err))
 	}
 	defer s.Close()
 	srv, err := kvfs.Mount(mnt, s, kvfs.Options{Logger: log, AllowOther: allowOther, KernelOptions: o.kernelOptions, NoMemSpool: o.noMemSpool, DebugFUSE: o.debugFUSE, NoWriteHash: o.noWriteHash,

@@ -77,6 +77,7 @@ Exit status:
 			code = gc.StatusFailed
 		} else {
 			code, err = gc.Fsck(ctx, fs.Arg(0), opts, stdout)
+			err = inUseBy(fs.Arg(0), err)
 		}
 	}
 	if bar != nil {

@@ -104,6 +104,7 @@ collects at a time; another that tries meanwhile is refused.`)
 			gopts.Before = func(s *store.Store) error { return evictToCapacity(s, nil, stdout, stderr) }
 		}
 		res, err = gc.Compact(ctx, dir, gopts)
+		err = inUseBy(dir, err)
 		bar.done()
 	}
 	if err != nil {

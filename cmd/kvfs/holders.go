@@ -2,12 +2,18 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvfs/kvfs/store"
 )
 
 // mountHolder is a process that holds a mount busy, and how: the first
@@ -120,4 +126,65 @@ func describeHolders(hs []mountHolder) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// lockHolder names the process that holds a lock on the file at path,
+// from the proc filesystem at proc (/proc/locks; Linux): "PID 12 (kvfs
+// mount --foreground /s /m)", or "" if none is found. The store's lock
+// is bbolt's flock of kvfs.db.
+func lockHolder(proc, path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(proc, "locks"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 26901 fe:00:5349409 0 EOF"; a
+		// waiter's line has "->" after the number.
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] == "->" {
+			continue
+		}
+		dev := strings.Split(f[5], ":")
+		if len(dev) != 3 {
+			continue
+		}
+		maj, err1 := strconv.ParseUint(dev[0], 16, 32)
+		min, err2 := strconv.ParseUint(dev[1], 16, 32)
+		ino, err3 := strconv.ParseUint(dev[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || ino != uint64(st.Ino) ||
+			uint32(maj) != unix.Major(uint64(st.Dev)) || uint32(min) != unix.Minor(uint64(st.Dev)) {
+			continue
+		}
+		pid, err := strconv.Atoi(f[4])
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(proc, f[4], "cmdline"))
+		what := strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		if what == "" {
+			c, _ := os.ReadFile(filepath.Join(proc, f[4], "comm"))
+			what = strings.TrimSpace(string(c))
+		}
+		if what == "" {
+			return fmt.Sprintf("PID %d", pid)
+		}
+		return fmt.Sprintf("PID %d (%s)", pid, what)
+	}
+	return ""
+}
+
+// inUseBy adds to err, if it is the store's lock held by another process
+// (store.ErrInUse), who holds it.
+func inUseBy(dir string, err error) error {
+	if !errors.Is(err, store.ErrInUse) {
+		return err
+	}
+	if who := lockHolder("/proc", filepath.Join(dir, "kvfs.db")); who != "" {
+		return fmt.Errorf("%w; its lock is held by %s", err, who)
+	}
+	return err
 }
