@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/user"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -28,9 +29,9 @@ const progressMinBytes = 64 << 20
 
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var chunk sizeFlag = store.DefaultChunkSize
-	fs := newFlags("init", "[--chunk-size SIZE] [--owner UID:GID] [STORE]", "Create an empty store in the directory STORE (created if missing; default:\n$KVFS_STORE, or kvfs/store under $XDG_DATA_HOME, ~/.local/share (Linux) or\n~/Library/Application Support (macOS, where the store is also kept out of\nSpotlight and Time Machine)), which must be new or empty and outside any\nkvfs mount. The chunk size is fixed for the store's life.\nThe store's owner (by default who runs init) owns the mount's root and the\nfiles stored with put.")
+	fs := newFlags("init", "[--chunk-size SIZE] [--owner USER[:GROUP]] [STORE]", "Create an empty store in the directory STORE (created if missing; default:\n$KVFS_STORE, or kvfs/store under $XDG_DATA_HOME, ~/.local/share (Linux) or\n~/Library/Application Support (macOS, where the store is also kept out of\nSpotlight and Time Machine)), which must be new or empty and outside any\nkvfs mount. The chunk size is fixed for the store's life.\nThe store's owner (by default who runs init) owns the mount's root and the\nfiles stored with put.")
 	fs.Var(&chunk, "chunk-size", "chunk size C: the unit of deduplication, 4KiB to 64MiB (e.g. 64KiB, 1MiB)")
-	ownerFlag := fs.String("owner", "", "the store's owner, as numeric UID:GID (root initialising a store for a user; the store's files are given to them)")
+	ownerFlag := fs.String("owner", "", "the store's owner, as USER:GROUP (names or numbers) or USER and their primary group (root initialising a store for a user; the store's files are given to them)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -150,15 +151,67 @@ func createMarker(path string, owner store.Owner) error {
 	return nil
 }
 
-// parseOwner parses a numeric UID:GID.
+// parseOwner parses --owner: USER:GROUP, each a name or a number, or
+// USER alone for the user and their primary group.
 func parseOwner(s string) (store.Owner, error) {
-	u, g, ok := strings.Cut(s, ":")
-	uid, uerr := strconv.ParseUint(u, 10, 32)
-	gid, gerr := strconv.ParseUint(g, 10, 32)
-	if !ok || uerr != nil || gerr != nil {
-		return store.Owner{}, fmt.Errorf("want numeric UID:GID, not %q", s)
+	u, g, hasGroup := strings.Cut(s, ":")
+	if u == "" || hasGroup && (g == "" || strings.Contains(g, ":")) {
+		return store.Owner{}, fmt.Errorf("want USER:GROUP (names or numbers) or USER, not %q", s)
 	}
-	return store.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
+	uid, primary, err := lookupUser(u)
+	if err != nil {
+		return store.Owner{}, err
+	}
+	if !hasGroup {
+		if primary < 0 {
+			return store.Owner{}, fmt.Errorf("user %s: no such user to take the group of; give USER:GROUP", u)
+		}
+		return store.Owner{UID: uid, GID: uint32(primary)}, nil
+	}
+	gid, err := lookupGroup(g)
+	if err != nil {
+		return store.Owner{}, err
+	}
+	return store.Owner{UID: uid, GID: gid}, nil
+}
+
+// lookupUser returns the UID of s, a user name or number, and the user's
+// primary GID (-1 for a number that names no user).
+func lookupUser(s string) (uint32, int64, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		if u, err := user.LookupId(s); err == nil {
+			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+				return uint32(n), int64(g), nil
+			}
+		}
+		return uint32(n), -1, nil
+	}
+	u, err := user.Lookup(s)
+	if err != nil {
+		return 0, 0, fmt.Errorf("no user %q", s)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("user %s: not a numeric UID and GID (%s:%s)", s, u.Uid, u.Gid)
+	}
+	return uint32(uid), int64(gid), nil
+}
+
+// lookupGroup returns the GID of s, a group name or number.
+func lookupGroup(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	g, err := user.LookupGroup(s)
+	if err != nil {
+		return 0, fmt.Errorf("no group %q", s)
+	}
+	gid, err := strconv.ParseUint(g.Gid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("group %s: not a numeric GID (%s)", s, g.Gid)
+	}
+	return uint32(gid), nil
 }
 
 func runPut(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -71,4 +73,32 @@ func formatOwner(o store.Owner) string {
 func ownedByMe(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Sys().(*syscall.Stat_t).Uid == uint32(os.Geteuid())
+}
+
+// TestParseOwnerNames: init --owner takes user and group names as well as
+// numbers, and a user alone stands for the user and their primary group.
+func TestParseOwnerNames(t *testing.T) {
+	me, err := user.Current()
+	if err != nil {
+		t.Skip(err)
+	}
+	g, err := user.LookupGroupId(me.Gid)
+	if err != nil {
+		t.Skip(err)
+	}
+	uid, _ := strconv.ParseUint(me.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(me.Gid, 10, 32)
+	want := store.Owner{UID: uint32(uid), GID: uint32(gid)}
+	for _, s := range []string{me.Username, me.Username + ":" + g.Name, me.Uid + ":" + g.Name, me.Username + ":" + me.Gid, me.Uid} {
+		if got, err := parseOwner(s); err != nil || got != want {
+			t.Errorf("parseOwner(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"no-such-user-kvfs:1", "1:no-such-group-kvfs", me.Username + ":", ""} {
+		if got, err := parseOwner(s); err == nil {
+			t.Errorf("parseOwner(%q) = %v, want an error", s, got)
+		}
+	}
+	st := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "init", "--owner", me.Username+":"+g.Name, st)
 }
