@@ -523,10 +523,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		p, err := pf.withoutCache().open(ctx, stderr)
 		if err != nil {
-			return err
+			return timedOut(err, pf.timeout, "--pool-timeout")
 		}
 		defer p.Close()
-		return printPoolStats(ctx, p, &pf, stdout)
+		return timedOut(printPoolStats(ctx, p, &pf, stdout), pf.timeout, "--pool-timeout")
 	}
 	s, err := connect(fs.Arg(0))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -122,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "kvfs %s: %s\nRun 'kvfs %s --help' for usage.\n", c.name, errorText(c.name, err), c.name)
 			return exitUsage
 		case ctx.Err() != nil:
-			fmt.Fprintf(stderr, "kvfs %s: interrupted: %s\n", c.name, errorText(c.name, err))
+			fmt.Fprintf(stderr, "kvfs %s: %s\n", c.name, interruptedText(errorText(c.name, err)))
 			return exitCanceled
 		case errors.Is(err, errCorrupt):
 			fmt.Fprintf(stderr, "kvfs %s: %s\n", c.name, errorText(c.name, err))
@@ -137,14 +138,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // errorText is err's message for "kvfs NAME: ...", without a "NAME: "
-// of its own in front ("kvfs mount: mount: ...").
+// of its own in front ("kvfs mount: mount: ..."), and with what a
+// context's error means in place of its words: "context deadline
+// exceeded" reached users (an S3 server that did not answer) and told
+// them nothing. Commands with a timeout of their own say it (timedOut).
 func errorText(name string, err error) string {
 	msg := err.Error()
 	for strings.HasPrefix(msg, name+": ") {
 		msg = strings.TrimPrefix(msg, name+": ")
 	}
-	return msg
+	return strings.ReplaceAll(msg, context.DeadlineExceeded.Error(), "timed out (no answer in time)")
 }
+
+// interruptedText is the message of a command stopped by SIGINT or
+// SIGTERM: "interrupted", and what it was doing, without the "context
+// canceled" that its work ended with.
+func interruptedText(msg string) string {
+	for _, s := range []string{": " + context.Canceled.Error(), context.Canceled.Error()} {
+		msg = strings.ReplaceAll(msg, s, "")
+	}
+	if msg = strings.TrimSpace(strings.TrimSuffix(msg, ":")); msg == "" {
+		return "interrupted (SIGINT or SIGTERM)"
+	}
+	return "interrupted (SIGINT or SIGTERM): " + msg
+}
+
+// timedOut is err with a context's deadline named as the timeout d that
+// flag sets: "S3 endpoint ...: no answer within 3s (--pool-timeout)".
+func timedOut(err error, d time.Duration, flag string) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return timeoutError{err, fmt.Sprintf("no answer within %v (%s)", d, flag)}
+}
+
+type timeoutError struct {
+	err  error
+	what string
+}
+
+func (e timeoutError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), context.DeadlineExceeded.Error(), e.what)
+}
+func (e timeoutError) Unwrap() error { return e.err }
 
 // isHelp reports whether arg asks for kvfs's own help.
 func isHelp(arg string) bool { return arg == "help" || arg == "-h" || arg == "--help" }

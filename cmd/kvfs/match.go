@@ -72,10 +72,11 @@ parses as one, else raw u32: a raw file that is also a JSON array needs "u32")`)
 	case inPool:
 		p, perr := pf.withoutCache().open(ctx, stderr)
 		if perr != nil {
-			return perr
+			return timedOut(perr, pf.timeout, "--pool-timeout")
 		}
 		defer p.Close()
 		r, err = p.Match(ctx, q)
+		err = timedOut(err, pf.timeout, "--pool-timeout")
 	case *mnt != "":
 		var root string
 		if root, err = matchMountRoot(*mnt); err == nil {

@@ -118,6 +118,12 @@ func readCredentials(path string) (key, secret string, err error) {
 
 func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var pf poolFlags
+	err := runPoolFlags(ctx, &pf, args, stdout, stderr)
+	return timedOut(err, pf.timeout, "--pool-timeout")
+}
+
+// runPoolFlags is runPool, parsing its flags into pf.
+func runPoolFlags(ctx context.Context, pf *poolFlags, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("pool", "[flags] put LOCAL NAME | get NAME LOCAL | ls [PREFIX] | rm NAME... | stats", `Use a pool that several hosts share: files as immutable pack and manifest
 objects in an S3-compatible object store, names in etcd (pool/doc.go). What
 one host puts, every host lists and gets; chunks a host knows the pool holds
@@ -151,7 +157,7 @@ To try a pool on one machine: eval "$(scripts/services start)".`)
 	if len(rest) < n[0] || len(rest) > n[1] {
 		return usagef("pool %s: wrong number of arguments", sub)
 	}
-	of := &pf
+	of := pf
 	if sub == "stats" {
 		of = pf.withoutCache()
 	}
@@ -201,7 +207,7 @@ To try a pool on one machine: eval "$(scripts/services start)".`)
 			return exitStatus{code: exitFailure}
 		}
 	case "stats":
-		return printPoolStats(ctx, p, &pf, stdout)
+		return printPoolStats(ctx, p, pf, stdout)
 	}
 	return nil
 }
@@ -313,6 +319,11 @@ func poolGet(ctx context.Context, p *pool.Pool, name, local string, w io.Writer)
 
 // runPoolGC is kvfs gc --pool: one collection of the shared pool.
 func runPoolGC(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, stdout, stderr io.Writer) error {
+	return timedOut(collectPool(ctx, pf, opts, stdout, stderr), pf.timeout, "--pool-timeout")
+}
+
+// collectPool is runPoolGC.
+func collectPool(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, stdout, stderr io.Writer) error {
 	p, err := pf.open(ctx, stderr)
 	if err != nil {
 		return err

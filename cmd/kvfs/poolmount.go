@@ -67,6 +67,7 @@ func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 	o.pool.verifyCache = o.verify // every cached chunk hashed at each read
 	p, err := o.pool.open(ctx, os.Stderr)
 	if err != nil {
+		err = timedOut(err, o.pool.timeout, "--pool-timeout")
 		ready("error: " + err.Error())
 		return err
 	}
