@@ -70,6 +70,8 @@ Exit status:
 	if *verify {
 		bar = newProgress(stderr, "verify", 0, 1)
 		opts.Progress = bar.update
+		// The results start lines of their own, not the bar's.
+		stdout = bar.above(stdout)
 	}
 	code, err := fsckMounted(ctx, fs.Arg(0), opts, stdout)
 	if err == errNotMounted {
@@ -80,9 +82,7 @@ Exit status:
 			err = inUseBy(fs.Arg(0), err)
 		}
 	}
-	if bar != nil {
-		bar.done()
-	}
+	bar.done()
 	if err != nil && ctx.Err() != nil {
 		return err // exitCanceled
 	}

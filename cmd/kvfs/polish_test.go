@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLsLongHuman: kvfs ls -lh prints sizes as ls -lh does (-h printed
@@ -43,5 +46,27 @@ func TestStatsWords(t *testing.T) {
 	out = mustRun(t, "stats", st)
 	if !strings.Contains(out, "files:         1 in 2 directories\n") || !strings.Contains(out, "dedup ratio:   1.02x\n") {
 		t.Errorf("stats of a store with a file:\n%s", out)
+	}
+}
+
+// TestProgressAbove: output written while a progress bar is drawn (fsck
+// --verify's result on a terminal that also shows the bar) starts a line
+// of its own; it was printed on the bar's line.
+func TestProgressAbove(t *testing.T) {
+	var term strings.Builder // standard output and error: one terminal
+	bar := &progress{w: &term, label: "verify", on: true, start: time.Now()}
+	out := bar.above(&term)
+	bar.update(50, 100)
+	fmt.Fprintln(out, "clean: 3 files")
+	bar.update(100, 100)
+	bar.done()
+	lines := strings.Split(term.String(), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "\rverify [") || lines[1] != "clean: 3 files" || !strings.HasPrefix(lines[2], "\rverify [") || lines[3] != "" {
+		t.Errorf("the terminal shows %q", term.String())
+	}
+	var plain strings.Builder
+	quiet := &progress{w: &plain}
+	if w := quiet.above(&plain); w != io.Writer(&plain) {
+		t.Error("off a terminal the output is wrapped")
 	}
 }

@@ -17,9 +17,10 @@ type progress struct {
 	on    bool
 	start time.Time
 
-	mu   sync.Mutex // guards last and full
-	last time.Time
-	full time.Time // when done first reached total
+	mu    sync.Mutex // guards last, full and drawn
+	last  time.Time
+	full  time.Time // when done first reached total
+	drawn bool      // the bar is on the terminal's current line
 }
 
 // isTerminal reports whether w is a character device (a terminal).
@@ -48,6 +49,7 @@ func (p *progress) update(done, total int64) {
 		return
 	}
 	p.last = now
+	p.drawn = true
 	if done >= total && p.full.IsZero() {
 		p.full = now
 	} else if done >= total {
@@ -68,7 +70,39 @@ func (p *progress) update(done, total int64) {
 
 // done ends the bar's line.
 func (p *progress) done() {
-	if p.on {
-		fmt.Fprintln(p.w)
+	if p == nil || !p.on {
+		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+}
+
+// above returns a writer for output that shares the bar's terminal
+// (fsck's results on standard output, the bar on standard error): each
+// write first ends the bar's line, so that the output starts a line of
+// its own instead of following the bar; the bar is drawn again below.
+func (p *progress) above(w io.Writer) io.Writer {
+	if p == nil || !p.on {
+		return w
+	}
+	return barWriter{p, w}
+}
+
+type barWriter struct {
+	p *progress
+	w io.Writer
+}
+
+func (b barWriter) Write(data []byte) (int, error) {
+	b.p.mu.Lock()
+	defer b.p.mu.Unlock()
+	if b.p.drawn {
+		fmt.Fprintln(b.p.w)
+		b.p.drawn = false
+	}
+	return b.w.Write(data)
 }
