@@ -230,11 +230,11 @@ func TestPoolCommands(t *testing.T) {
 	if code, _, errOut := poolKvfs(t, env, "gc", "--pool", pool, "--threshold", "0"); code != 2 || !strings.Contains(errOut, "--threshold") {
 		t.Fatalf("gc --pool --threshold 0: exit %d, %q", code, errOut)
 	}
-	if out := ok("gc", "--pool", pool, "--grace", "1ns", "--dry-run"); !strings.Contains(out, "would rewrite 1 sparse packs (1048576 live bytes copied into 1 new packs)") {
+	if out := ok("gc", "--pool", pool, "--grace", "1ns", "--dry-run"); !strings.Contains(out, "would rewrite 1 sparse packs (1.0 MiB of live chunks copied into 1 new packs)") {
 		t.Fatalf("gc --pool --dry-run with a sparse pack: %q", out)
 	}
 	out := ok("gc", "--pool", pool, "--grace", "1ns")
-	if !strings.Contains(out, "rewrote 1 sparse packs (1048576 live bytes copied into 1 new packs); 1 names moved") ||
+	if !strings.Contains(out, "rewrote 1 sparse packs (1.0 MiB of live chunks copied into 1 new packs); 1 names moved") ||
 		!strings.Contains(out, "deleted 3 objects") { // b's manifest and pack, c's old manifest
 		t.Fatalf("gc --pool with a sparse pack: %q", out)
 	}
@@ -253,9 +253,9 @@ func TestPoolCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--capacity", "1K", "--min-idle", "1h", "--dry-run"}, "would remove 0 names, least recently used first, leaving 2548589 bytes; 2 names used within 1h0m0s kept"},
-		{[]string{"--capacity", "2000000", "--min-idle", "0s", "--dry-run"}, "would remove 1 names, least recently used first, leaving 1500000 bytes"},
-		{[]string{"--capacity", "2000000", "--min-idle", "0s"}, "removed 1 names, least recently used first, leaving 1500000 bytes"},
+		{[]string{"--capacity", "1K", "--min-idle", "1h", "--dry-run"}, "would remove 0 names, least recently used first, leaving 2.4 MiB; 2 names used within 1h0m0s kept"},
+		{[]string{"--capacity", "2000000", "--min-idle", "0s", "--dry-run"}, "would remove 1 names, least recently used first, leaving 1.4 MiB"},
+		{[]string{"--capacity", "2000000", "--min-idle", "0s"}, "removed 1 names, least recently used first, leaving 1.4 MiB"},
 	} {
 		if out := ok(append([]string{"gc", "--pool", pool, "--grace", "1ns"}, c.args...)...); !strings.Contains(out, c.want) {
 			t.Fatalf("gc --pool %s: %q, want %q", strings.Join(c.args, " "), out, c.want)

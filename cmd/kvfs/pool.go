@@ -343,8 +343,8 @@ func collectPool(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, s
 		if dry {
 			everb = "would remove"
 		}
-		fmt.Fprintf(stdout, "%s: names reach %d bytes, capacity %d: %s %d names, least recently used first, leaving %d bytes",
-			pf.pool, e.LiveBefore, opts.Capacity, everb, e.Names, e.LiveAfter)
+		fmt.Fprintf(stdout, "%s: names reach %s, capacity %s: %s %d names, least recently used first, leaving %s",
+			pf.pool, formatBytes(e.LiveBefore), formatBytes(opts.Capacity), everb, e.Names, formatBytes(e.LiveAfter))
 		if e.Recent > 0 {
 			fmt.Fprintf(stdout, "; %d names used within %v kept", e.Recent, opts.MinIdle)
 		}
@@ -354,14 +354,14 @@ func collectPool(ctx context.Context, pf *poolFlags, opts pool.CollectOptions, s
 		fmt.Fprintln(stdout)
 	}
 	if r := st.Repack; r.Packs > 0 {
-		fmt.Fprintf(stdout, "%s: %s %d sparse packs (%d live bytes copied into %d new packs); %d names moved, %d changed meanwhile and kept\n",
-			pf.pool, rverb, r.Packs, r.CopiedBytes, r.NewPacks, r.Names, r.Skipped)
+		fmt.Fprintf(stdout, "%s: %s %d sparse packs (%s of live chunks copied into %d new packs); %d names moved, %d changed meanwhile and kept\n",
+			pf.pool, rverb, r.Packs, formatBytes(r.CopiedBytes), r.NewPacks, r.Names, r.Skipped)
 	}
 	if r := st.Repack; r.Damaged > 0 {
 		fmt.Fprintf(stderr, "kvfs gc: %d sparse packs not rewritten: a chunk of theirs is damaged or missing (logged above)\n", r.Damaged)
 	}
-	fmt.Fprintf(stdout, "%s: %d names, %d objects live; %s %d objects (%d bytes); kept %d unreached objects younger than %v\n",
-		pf.pool, st.Names, st.LiveObjects, verb, st.Deleted, st.DeletedBytes, st.YoungKept, grace)
+	fmt.Fprintf(stdout, "%s: %d names, %d objects live; %s %d objects (%s); kept %d unreached objects younger than %v\n",
+		pf.pool, st.Names, st.LiveObjects, verb, st.Deleted, formatBytes(st.DeletedBytes), st.YoungKept, grace)
 	if st.DanglingNames > 0 {
 		fmt.Fprintf(stderr, "kvfs gc: %d names point to missing or damaged manifests (logged above)\n", st.DanglingNames)
 	}
