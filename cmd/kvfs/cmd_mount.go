@@ -81,9 +81,9 @@ type mountOptions struct {
 
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o mountOptions
-	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.\nA STORE that is a local store (kvfs init) is mounted as one whatever\n$KVFS_POOL says; --pool with a local store is refused.")
+	fs := newFlags("mount", "[flags] [STORE MOUNTPOINT]", "Mount the store STORE at MOUNTPOINT. By default kvfs runs in the background\nand returns once the mount is live; stop it with 'kvfs unmount MOUNTPOINT'.\nAs root it mounts directly; otherwise it needs fusermount3 (Debian and\nUbuntu: apt-get install fuse3). On macOS it needs macFUSE (docs/MACOS.md).\nWithout paths: the default store (see kvfs init) at the mount point next to\nit (kvfs/mnt; $KVFS_MOUNT), made if missing.\n\nWith --pool (or $KVFS_POOL set), mount a pool that several hosts share\n(S3-compatible storage and etcd; see kvfs pool --help) instead: STORE is then\nthis host's directory for it (chunk cache, spool, log), made if missing.\nA STORE that is a local store (kvfs init) is mounted as one whatever\n$KVFS_POOL says; --pool with a local store is refused.\n\n"+mountOptionsHelp)
 	fs.BoolVarP(&o.foreground, "foreground", "f", false, "stay in the foreground; SIGINT or SIGTERM unmounts (exit status 0). With files in the mount open, SIGINT waits for them to be closed, saying who holds them, and a second SIGINT detaches the mount lazily; SIGTERM detaches it after 5s")
-	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): allow_other (let other users in; needs user_allow_other in /etc/fuse.conf when not root); writeback_cache (the kernel caches writes and sends them in large batches at writeback, close and fsync; see docs/MOUNT.md); ro, noexec, nosuid, nodev (as for any filesystem); fstab's and systemd's own (nofail, _netdev, x-systemd.*, ...) are accepted and ignored; macOS: volname=NAME (default: the mount point's name) and noappledouble are set by default, macFUSE's allow_root, nobrowse, local, auto_cache, iconpath= are passed on, noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr, daemon_timeout are refused, others are passed on with a warning (docs/MACOS.md)")
+	fs.StringArrayVarP(&o.options, "options", "o", nil, "comma-separated mount options (-o may repeat): see Mount options above")
 	fs.BoolVar(&o.verify, "verify", false, "check every chunk's sha256 when it is read; a mismatch is EIO and is logged")
 	fs.BoolVar(&o.debugFUSE, "debug-fuse", false, "log every FUSE request and reply")
 	fs.DurationVar(&o.blobGrace, "blob-grace", store.DefaultBlobGrace, "how long an engine block that no snapshot manifest lists outlives its last name")
@@ -114,6 +114,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.MarkHidden("pack-bytes")
 	addRetainFlags(fs, &o.retain)
 	o.pool.add(fs)
+	// In kvfs mount's own help, --cache's default is the mount's.
+	fs.Lookup("cache").Usage = "this host's local chunk cache directory, with --pool (default: STORE/cache)"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -228,6 +230,25 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return mountFailureHint(runtime.GOOS, err)
 }
+
+// mountOptionsHelp lists the -o options, for kvfs mount --help.
+const mountOptionsHelp = `Mount options (-o OPT[,OPT...], as mount(8) takes them):
+  allow_other        let other users in (when not root: needs user_allow_other
+                     in /etc/fuse.conf)
+  writeback_cache    the kernel caches writes and sends them in large batches
+                     at writeback, close and fsync (docs/MOUNT.md)
+  ro, noexec, nosuid, nodev
+                     as for any filesystem
+  nofail, _netdev, x-systemd.*, ...
+                     fstab's and systemd's own: accepted and ignored
+  macOS (docs/MACOS.md):
+  volname=NAME       the volume's name (default: the mount point's name)
+  noappledouble      no ._* and .DS_Store files (set by default)
+  allow_root, nobrowse, local, auto_cache, iconpath=PATH
+                     macFUSE's own, passed on
+  noubc, direct_io, nosyncwrites, nosynconclose, noapplexattr, auto_xattr,
+  daemon_timeout     refused (they break kvfs); other options are passed on
+                     to macFUSE with a warning`
 
 // daemonize starts this command again in the foreground, detached, and
 // waits until it reports that the mount is live (or why it failed).

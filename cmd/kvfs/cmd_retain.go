@@ -111,7 +111,7 @@ func registerRetention(mux *http.ServeMux, c *controlServer) {
 }
 
 func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("config", "STORE [KEY=VALUE...]", `Show the store's settings, or change them. Keys:
+	fs := newFlags("config", "[--json] STORE [KEY=VALUE...]", `Show the store's settings, or change them. Keys:
   capacity=SIZE    keep stored bytes under SIZE (K, M, G, T suffixes; 0: unlimited)
   low_water=PCT    eviction brings stored bytes down to PCT% of capacity (default 90)
   retention=lru|cost-size  which idle files go first

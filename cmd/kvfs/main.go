@@ -44,7 +44,7 @@ func commands() []command {
 		{"stats", "print a store's sizes and dedup ratio", runStats},
 		{"match", "find the snapshot that best seeds a prompt (longest prefix)", runMatch},
 		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
-		{"fsck", "check a store offline (and --repair it); own exit statuses", runFsck},
+		{"fsck", "check a store, mounted or not (and --repair it, unmounted); own exit statuses", runFsck},
 		{"gc", "compact a store: rewrite mostly dead packs, remove dead ones", runGC},
 		{"pool", "put, get, list and remove files of a pool shared by several hosts (S3 and etcd)", runPool},
 		{"config", "show or change a store's capacity and retention settings", runConfig},
@@ -60,7 +60,7 @@ const (
 	exitFailure  = 1 // the operation failed: unreadable or invalid input, I/O error
 	exitUsage    = 2 // bad command line
 	exitCorrupt  = 3 // verification found bytes that do not match their hash
-	exitCanceled = 4 // interrupted by SIGINT or SIGTERM
+	exitCanceled = 4 // interrupted by SIGINT or SIGTERM (not kvfs mount -f's stop: stopOnSignal)
 )
 
 // usageError marks a bad command line; main prints the usage with it.
@@ -198,7 +198,8 @@ Exit codes:
   1  the operation failed (unreadable or invalid input, I/O error)
   2  bad command line
   3  verification failed: stored bytes do not match their hash
-  4  interrupted by SIGINT or SIGTERM
+  4  interrupted by SIGINT or SIGTERM (but kvfs mount -f, for which they
+     are the way to stop: 0 once it has unmounted cleanly)
   (kvfs fsck has its own: see "kvfs help fsck")
 `, "help")
 }
@@ -214,12 +215,15 @@ func newFlags(name, usage, about string) *pflag.FlagSet {
 	fs.SortFlags = false
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: kvfs %s %s\n\n%s\n", name, usage, about)
-		if f := fs.FlagUsages(); f != "" {
+		if f := fs.FlagUsagesWrapped(helpColumns); f != "" {
 			fmt.Fprintf(fs.Output(), "\nFlags:\n%s", f)
 		}
 	}
 	return fs
 }
+
+// helpColumns is the width that flag descriptions are wrapped to.
+const helpColumns = 100
 
 // helpText is what --help asked for: a command's usage, for standard
 // output. It matches pflag.ErrHelp.

@@ -70,3 +70,29 @@ func TestProgressAbove(t *testing.T) {
 		t.Error("off a terminal the output is wrapped")
 	}
 }
+
+// TestHelpTexts: kvfs help says fsck checks mounted stores too; config's
+// usage has --json; mount's help has no "for kvfs mount" and no line
+// over 100 columns (its -o entry was one of 900); the exit codes say
+// what a foreground mount stopped by SIGINT exits with.
+func TestHelpTexts(t *testing.T) {
+	help := mustRun(t, "help")
+	if !strings.Contains(help, "check a store, mounted or not") || !strings.Contains(help, "kvfs mount -f") {
+		t.Errorf("kvfs help:\n%s", help)
+	}
+	if out := mustRun(t, "config", "--help"); !strings.HasPrefix(out, "Usage: kvfs config [--json] STORE") {
+		t.Errorf("config --help:\n%s", out)
+	}
+	for _, c := range commands() {
+		out := mustRun(t, c.name, "--help")
+		for _, l := range strings.Split(out, "\n") {
+			if len(l) > helpColumns+2 && !strings.HasPrefix(l, "Usage:") {
+				t.Errorf("kvfs %s --help: a line of %d columns: %q", c.name, len(l), l)
+			}
+		}
+	}
+	mount := mustRun(t, "mount", "--help")
+	if strings.Contains(mount, "for kvfs mount") || !strings.Contains(mount, "Mount options (-o") || !strings.Contains(mount, "(default: STORE/cache)") {
+		t.Errorf("mount --help:\n%s", mount)
+	}
+}

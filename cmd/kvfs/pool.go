@@ -36,7 +36,7 @@ func (f *poolFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.endpoint, "endpoint", os.Getenv("KVFS_ENDPOINT"), "the S3 server's URL, http://HOST:PORT or https://HOST:PORT (default $KVFS_ENDPOINT)")
 	fs.StringVar(&f.etcd, "etcd", os.Getenv("KVFS_ETCD"), "etcd's client endpoints, HOST:PORT[,HOST:PORT...] (default $KVFS_ETCD)")
 	fs.StringVar(&f.credentials, "credentials", "", "a file with the S3 credentials, as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines or an AWS credentials file (default: those environment variables)")
-	fs.StringVar(&f.cache, "cache", "", "this host's local chunk cache directory (default: none; for kvfs mount, STORE/cache)")
+	fs.StringVar(&f.cache, "cache", "", "this host's local chunk cache directory (default: none)")
 	fs.StringVar(&f.cacheSize, "cache-size", "1G", "the local chunk cache's bound (K, M, G, T suffixes)")
 	fs.DurationVar(&f.timeout, "pool-timeout", 30*time.Second, "how long one call to S3 or etcd may take before the operation fails; after one such failure, calls to that service fail at once until it answers again")
 }
