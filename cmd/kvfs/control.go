@@ -153,15 +153,11 @@ func listenPrivate(sock string) (*net.UnixListener, error) {
 			os.RemoveAll(d)
 		}
 	}
-	dir, err := os.MkdirTemp(parent, ctlPrivatePrefix)
+	tmp, cleanup, err := privateSocketPath(parent)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o700); err != nil { // MkdirTemp's 0700 less a umask like 0200 could deny the bind
-		return nil, err
-	}
-	tmp := filepath.Join(dir, "s")
+	defer cleanup()
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
@@ -181,6 +177,38 @@ func listenPrivate(sock string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// privateSocketPath returns a path to bind the control socket at where no
+// other user can reach it: in a fresh 0700 directory in parent, or, on a
+// full disk, where a new directory needs a block that an entry in an
+// existing one does not, in the store's spool directory (0700 and the
+// store owner's since kvfs init; checked here). Mounting must work on a
+// full disk: deleting files is how it stops being one.
+func privateSocketPath(parent string) (path string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp(parent, ctlPrivatePrefix)
+	if err == nil {
+		cleanup = func() { os.RemoveAll(dir) }
+		if err := os.Chmod(dir, 0o700); err != nil { // MkdirTemp's 0700 less a umask like 0200 could deny the bind
+			cleanup()
+			return "", nil, err
+		}
+		return filepath.Join(dir, "s"), cleanup, nil
+	}
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return "", nil, err
+	}
+	spool := filepath.Join(parent, "spool")
+	fi, serr := os.Lstat(spool)
+	if serr != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		return "", nil, fmt.Errorf("%w (and %s is no private directory to bind in instead)", err, spool)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return "", nil, fmt.Errorf("%w (and %s is not this user's, to bind in instead)", err, spool)
+	}
+	path = filepath.Join(spool, fmt.Sprintf("%s-%d", ctlPrivatePrefix, os.Getpid()))
+	os.Remove(path) // a daemon of the same PID before a reboot
+	return path, func() { os.Remove(path) }, nil
 }
 
 // ctlPrivatePrefix starts the names of the private directories the
