@@ -259,10 +259,18 @@ func clock(d time.Duration) string {
 	return fmt.Sprintf("%d:%02d", int(d.Minutes()), int(d.Seconds())%60)
 }
 
+// lastLine is the last line a test printed itself (a skip's reason), not
+// go test's own "=== RUN" or "--- SKIP" lines.
 func lastLine(b *strings.Builder) string {
 	if b == nil {
 		return "\n"
 	}
 	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	return strings.TrimSpace(lines[len(lines)-1]) + "\n"
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l != "" && !strings.HasPrefix(l, "--- ") && !strings.HasPrefix(l, "=== ") {
+			return l + "\n"
+		}
+	}
+	return "\n"
 }

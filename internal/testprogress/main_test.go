@@ -22,6 +22,7 @@ func TestProgress(t *testing.T) {
 		`{"Action":"fail","Package":"m/a","Test":"TestBad","Elapsed":1}`,
 		`{"Action":"run","Package":"m/a","Test":"TestSkip"}`,
 		`{"Action":"output","Package":"m/a","Test":"TestSkip","Output":"    s_test.go:3: needs root\n"}`,
+		`{"Action":"output","Package":"m/a","Test":"TestSkip","Output":"--- SKIP: TestSkip (0.00s)\n"}`,
 		`{"Action":"skip","Package":"m/a","Test":"TestSkip","Elapsed":0}`,
 		`{"Action":"run","Package":"m/a","Test":"TestHang"}`,
 		`{"Action":"output","Package":"m/a","Test":"TestHang","Output":"panic: test timed out after 10m0s\n"}`,
