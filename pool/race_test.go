@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,6 +165,17 @@ func TestCollectRacesPublishes(t *testing.T) {
 			// publishers replace and remove them.
 			st, err := collector.Collect(ctx, pool.CollectOptions{Grace: time.Nanosecond, Threshold: 0.3})
 			took := time.Since(start)
+			if err != nil && strings.Contains(err.Error(), "stopped deleting") {
+				// The collector stops deleting when its lease has
+				// less than half its TTL left (leaseCheck): the safe
+				// answer to a late keepalive, which the race detector
+				// and a loaded machine make likely at a TTL of 1 s.
+				// What must hold holds anyway (verify).
+				mu.Lock()
+				counts["collect stopped for its lease"]++
+				mu.Unlock()
+				continue
+			}
 			if err != nil {
 				t.Errorf("collect: %v", err)
 				continue
