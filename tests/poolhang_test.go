@@ -134,3 +134,45 @@ func TestPoolMountServicesHang(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolMountSlowEtcdFindsNewNames: a lookup that etcd answers late
+// (slower than the mount waits before it answers from its last listing)
+// must not say ENOENT for a name published since that listing. CI met
+// it: on a loaded machine a mount's listing came back after the 250 ms
+// it waits, and a file another host had closed seconds before was
+// missing. Here etcd is stopped for 1.5 s while B looks the new name
+// up: the lookup waits for etcd, and finds it.
+func TestPoolMountSlowEtcdFindsNewNames(t *testing.T) {
+	env, svc := poolServices(t)
+	a := poolMount(t, env, "a")
+	b := poolMount(t, env, "b")
+	old, fresh := psVersion(11, 1<<20+3), psVersion(12, 2<<20+5)
+	engineWrite(t, filepath.Join(a, "old"), old, 1)
+	waitFor(t, "old through B", func() error { return sameBytes(filepath.Join(b, "old"), old, 2) })
+	engineWrite(t, filepath.Join(a, "fresh"), fresh, 3)
+	time.Sleep(1200 * time.Millisecond) // past B's entry timeout and listing
+
+	pidText, err := os.ReadFile(filepath.Join(svc, "etcd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGCONT)
+		close(resumed)
+	}()
+	t.Cleanup(func() { <-resumed })
+	start := time.Now()
+	if err := sameBytes(filepath.Join(b, "fresh"), fresh, 4); err != nil {
+		t.Fatalf("fresh through B, etcd stopped for 1.5 s: %v (after %v)", err, time.Since(start))
+	}
+	t.Logf("fresh through B, etcd stopped for 1.5 s: found after %v", time.Since(start).Round(time.Millisecond))
+}

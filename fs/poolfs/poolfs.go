@@ -84,11 +84,11 @@ type fsys struct {
 	// times (yet).
 	started time.Time
 
-	mu      sync.Mutex
-	listed  time.Time
-	names   []string        // sorted, as of listed
-	listing *call[[]string] // the listing in flight, if any
-	madeDir map[string]bool // directories made with mkdir, not yet holding a name
+	mu       sync.Mutex
+	listed   time.Time
+	names    []string        // sorted, as of listed
+	inFlight *call[[]string] // the listing in flight, if any
+	madeDir  map[string]bool // directories made with mkdir, not yet holding a name
 	// versions are the versions names were last found at, or published,
 	// renamed or removed through this mount: what lookups serve while
 	// etcd does not answer (pool.ErrEtcdDown), so that cached files stay
@@ -188,7 +188,7 @@ func (c *call[T]) wait(fallback bool) bool {
 func (f *fsys) resolve(path string) (version, error) {
 	f.mu.Lock()
 	last, known := f.versions[path]
-	late := f.listing != nil && time.Since(f.listing.start) > etcdWait
+	late := f.inFlight != nil && time.Since(f.inFlight.start) > etcdWait
 	f.mu.Unlock()
 	if known && late {
 		return last, nil // etcd is late with a listing already: not asked again
@@ -288,29 +288,36 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 // One listing is in flight at a time; lookups share it (and it is not
 // made with a request's context: it may outlive the request).
 func (f *fsys) list() ([]string, syscall.Errno) {
+	names, _, e := f.listing()
+	return names, e
+}
+
+// listing is list, and, when its answer is the last listing because
+// etcd is late, the listing still in flight (nil otherwise).
+func (f *fsys) listing() ([]string, *call[[]string], syscall.Errno) {
 	f.mu.Lock()
 	if time.Since(f.listed) < f.opts.Timeout {
 		names := f.names
 		f.mu.Unlock()
-		return names, 0
+		return names, nil, 0
 	}
-	c := f.listing
+	c := f.inFlight
 	if c == nil {
 		c = newCall[[]string]()
-		f.listing = c
+		f.inFlight = c
 		go c.run(func() ([]string, error) { return f.listNow(c) })
 	}
 	last := f.names
 	f.mu.Unlock()
 	switch {
 	case !c.wait(last != nil):
-		return last, 0 // etcd is late: the last listing, meanwhile
+		return last, c, 0 // etcd is late: the last listing, meanwhile
 	case c.err == nil:
-		return c.v, 0
+		return c.v, nil, 0
 	case last != nil:
-		return last, 0 // an outage: the last listing, until etcd answers
+		return last, nil, 0 // an outage: the last listing, until etcd answers
 	}
-	return nil, syscall.EIO
+	return nil, nil, syscall.EIO
 }
 
 // listNow lists the names for c, and keeps the listing unless forget
@@ -323,8 +330,8 @@ func (f *fsys) listNow(c *call[[]string]) ([]string, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.listing == c {
-		f.listing = nil
+	if f.inFlight == c {
+		f.inFlight = nil
 		if err == nil {
 			f.names, f.listed = names, time.Now()
 		}
@@ -337,33 +344,53 @@ func (f *fsys) listNow(c *call[[]string]) ([]string, error) {
 func (f *fsys) forget() {
 	f.mu.Lock()
 	f.listed = time.Time{}
-	f.listing = nil
+	f.inFlight = nil
 	f.mu.Unlock()
 }
 
 // kind says what a path is in the listing: a file, a directory (a prefix
 // of names, or made with mkdir), or nothing.
 func (f *fsys) kind(p string) (file, dir bool, errno syscall.Errno) {
-	names, errno := f.list()
+	names, late, errno := f.listing()
 	if errno != 0 {
 		return false, false, errno
 	}
-	i, found := slices.BinarySearch(names, p)
-	if found {
-		return true, false, 0
+	file, dir = inListing(names, p)
+	if !file && !dir && late != nil {
+		// The last listing may be from long ago (this mount's last
+		// lookup): its silence about p is no answer, and an ENOENT
+		// from it would hide a file another host published since
+		// (CI: etcd slower than etcdWait on a loaded machine). Absence
+		// waits for etcd, bounded by --pool-timeout; once etcd's
+		// circuit is open, the listing fails at once and the last one
+		// answers (list).
+		<-late.done
+		if late.err == nil {
+			file, dir = inListing(late.v, p)
+		}
 	}
-	if i < len(names) && strings.HasPrefix(names[i], p+"/") {
-		return false, true, 0
-	}
-	// A name sorting after p+"/" but before ... : search the prefix.
-	j, _ := slices.BinarySearch(names, p+"/")
-	if j < len(names) && strings.HasPrefix(names[j], p+"/") {
-		return false, true, 0
+	if file || dir {
+		return file, dir, 0
 	}
 	f.mu.Lock()
 	dir = f.madeDir[p]
 	f.mu.Unlock()
 	return false, dir, 0
+}
+
+// inListing says whether p is a name of the sorted listing names, or a
+// directory (a prefix of one).
+func inListing(names []string, p string) (file, dir bool) {
+	i, found := slices.BinarySearch(names, p)
+	if found {
+		return true, false
+	}
+	if i < len(names) && strings.HasPrefix(names[i], p+"/") {
+		return false, true
+	}
+	// A name sorting after p+"/" but before ... : search the prefix.
+	j, _ := slices.BinarySearch(names, p+"/")
+	return false, j < len(names) && strings.HasPrefix(names[j], p+"/")
 }
 
 // uninterrupted is a request's context without its cancellation. The
