@@ -190,7 +190,18 @@ func TestCollectRacesPublishes(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+	// At least d, and on until every part of the race has happened (on
+	// a loaded machine 3 s may hold no rewrite that moved a name), for at
+	// most a minute more.
 	time.Sleep(d)
+	happened := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return counts["collect"] > 0 && counts["publish"] > 0 && counts["objects deleted"] > 0 && counts["names moved by a rewrite"] > 0
+	}
+	for deadline := time.Now().Add(time.Minute); !happened() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
 	verify(true)

@@ -84,7 +84,7 @@ func compactCrashChild(dir, logPath, seed string) {
 
 // TestCrashCompaction: see compactCrashChild.
 func TestCrashCompaction(t *testing.T) {
-	kills := 20 // 100 in CI's full pass
+	kills := 20 // 100 with KVFS_STRESS=full (scripts/test --long)
 	if testutil.StressFull() {
 		kills = 100
 	}

@@ -96,7 +96,7 @@ func evictCrashChild(dir, logPath, seed string) {
 
 // TestCrashEviction: see evictCrashChild.
 func TestCrashEviction(t *testing.T) {
-	kills := 20 // 100 in CI's full pass
+	kills := 20 // 100 with KVFS_STRESS=full (scripts/test --long)
 	if testutil.StressFull() {
 		kills = 100
 	}

@@ -129,7 +129,7 @@ func (m *limitedMount) noFdErrors(t *testing.T) {
 	}
 }
 
-// fdCounts are the test's sizes: the numbers with KVFS_STRESS set;
+// fdCounts are the test's sizes: the numbers with KVFS_STRESS=full;
 // otherwise fewer operations under a lower limit, so that a leak of one
 // descriptor per operation still runs out.
 func fdCounts() (nofile, ops, newFiles int) {

@@ -64,6 +64,7 @@ func main() {
 	every := flag.Duration("every", time.Minute, "how often to say what is still running")
 	top := flag.Int("top", 15, "how many of the slowest tests to list at the end")
 	tally := flag.String("tally", "", "a file to append the pass's counts to, as \"PASSED FAILED SKIPPED\"")
+	times := flag.String("times", "", "a file to append every top-level test's time to, as \"PASS PACKAGE TEST SECONDS\" (to plan the suite by)")
 	flag.Parse()
 	p := &progress{w: os.Stdout, pass: *pass, start: time.Now(), slow: *slow,
 		running: map[key]time.Time{}, output: map[key]*strings.Builder{}, skipped: map[string]int{}}
@@ -72,6 +73,12 @@ func main() {
 	err := p.read(os.Stdin)
 	close(stop)
 	p.summary(*top)
+	if *times != "" {
+		if err := p.appendTimes(*times); err != nil {
+			fmt.Fprintf(os.Stderr, "testprogress: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	if *tally != "" {
 		if err := p.appendTally(*tally); err != nil {
 			fmt.Fprintf(os.Stderr, "testprogress: %v\n", err)
@@ -237,6 +244,24 @@ func (p *progress) appendTally(path string) error {
 		return err
 	}
 	_, err = fmt.Fprintf(f, "%d %d %d\n", p.tests.passed, p.tests.failed, p.tests.skipped)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// appendTimes appends every top-level test's time to the file at path,
+// slowest first.
+func (p *progress) appendTimes(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, t := range p.times { // sorted by summary
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\n", p.pass, short(t.pkg), t.test, t.d.Seconds())
+	}
+	err = w.Flush()
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

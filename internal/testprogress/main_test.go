@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,16 @@ func TestProgress(t *testing.T) {
 	}
 	if p.tests.passed != 2 || p.tests.failed != 1 || p.tests.skipped != 1 {
 		t.Errorf("tests passed, failed, skipped: %+v; want 2, 1, 1", p.tests)
+	}
+	times := t.TempDir() + "/times"
+	if err := p.appendTimes(times); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(times)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "t\tm/a\tTestSlow\t42.0\n") || strings.Count(string(b), "\n") != 4 {
+		t.Errorf("times file, slowest first, one line a test:\n%s", b)
 	}
 }

@@ -23,3 +23,29 @@ func TestStressShort(t *testing.T) {
 		t.Errorf("not named: %v, want the full minute", d)
 	}
 }
+
+// TestStressTiers: each KVFS_STRESS tier's length and size.
+func TestStressTiers(t *testing.T) {
+	t.Setenv("KVFS_STRESS_SHORT", "")
+	for _, c := range []struct {
+		env  string
+		full time.Duration
+		want time.Duration
+		size bool
+	}{
+		{"", time.Minute, 3 * time.Second, false},
+		{"ci", time.Minute, 20 * time.Second, false},
+		{"ci", 6 * time.Second, 3 * time.Second, false},
+		{"full", time.Minute, time.Minute, true},
+		{"long", time.Minute, time.Minute, false},
+		{"45s", time.Minute, 45 * time.Second, false},
+	} {
+		t.Setenv("KVFS_STRESS", c.env)
+		if d := StressDuration(t, c.full); d != c.want {
+			t.Errorf("KVFS_STRESS=%q, %v in full: %v, want %v", c.env, c.full, d, c.want)
+		}
+		if StressFull() != c.size {
+			t.Errorf("KVFS_STRESS=%q: StressFull %v", c.env, !c.size)
+		}
+	}
+}
