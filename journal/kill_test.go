@@ -123,14 +123,28 @@ func TestKill(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := make(chan []string)
+		first := make(chan struct{}) // closed at the child's first line
 		go func() {
 			var got []string
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
-				got = append(got, sc.Text())
+				if got = append(got, sc.Text()); len(got) == 1 {
+					close(first)
+				}
 			}
 			lines <- got
 		}()
+		// Even iterations kill at a random moment from the start (while
+		// the child opens, often); odd ones once it has synced a record,
+		// so that on a loaded machine, where a child takes long to
+		// start, kills still come while it appends, syncs and switches
+		// segments.
+		if it%2 == 1 {
+			select {
+			case <-first:
+			case <-time.After(10 * time.Second):
+			}
+		}
 		time.Sleep(time.Duration(20+rand.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		got := <-lines

@@ -9,6 +9,8 @@ package snapgen
 import (
 	"encoding/binary"
 	"math/bits"
+	"runtime"
+	"sync"
 
 	"github.com/kvfs/kvfs/mlx"
 )
@@ -75,22 +77,42 @@ func (m Model) Snapshot(tokens []uint32) (*mlx.Header, []mlx.Tensor) {
 	}
 	rowBytes := m.HeadDim * m.DType.Size()
 	shape := []int64{1, int64(m.KVHeads), int64(T), int64(m.HeadDim)}
+	// The tensors are filled on every core (a 32k-token snapshot of an 8B
+	// model is 4 GiB): each depends only on prefix and its own salt.
+	bufs := make([][]byte, 2*m.Layers)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range next {
+				l, kv := s/2, s%2
+				buf := make([]byte, m.KVHeads*T*rowBytes)
+				for hd := 0; hd < m.KVHeads; hd++ {
+					salt := uint64(l)<<32 | uint64(kv)<<16 | uint64(hd)
+					for t := 0; t < T; t++ {
+						s := prefix[t] ^ salt*0x9e3779b97f4a7c15
+						row := buf[(hd*T+t)*rowBytes : (hd*T+t+1)*rowBytes]
+						for i := 0; i+8 <= len(row); i += 8 {
+							binary.LittleEndian.PutUint64(row[i:], wyrand(&s))
+						}
+					}
+				}
+				bufs[s] = buf
+			}
+		}()
+	}
+	for s := range bufs {
+		next <- s
+	}
+	close(next)
+	wg.Wait()
 	var tensors []mlx.Tensor
 	for l := 0; l < m.Layers; l++ {
 		e := mlx.CacheEntry{Kind: mlx.KindKV, Offset: int64(T)}
 		for kv := 0; kv < 2; kv++ {
-			buf := make([]byte, m.KVHeads*T*rowBytes)
-			for hd := 0; hd < m.KVHeads; hd++ {
-				salt := uint64(l)<<32 | uint64(kv)<<16 | uint64(hd)
-				for t := 0; t < T; t++ {
-					s := prefix[t] ^ salt*0x9e3779b97f4a7c15
-					row := buf[(hd*T+t)*rowBytes : (hd*T+t+1)*rowBytes]
-					for i := 0; i+8 <= len(row); i += 8 {
-						binary.LittleEndian.PutUint64(row[i:], wyrand(&s))
-					}
-				}
-			}
-			tensors = append(tensors, mlx.Contiguous(buf, m.DType, shape...))
+			tensors = append(tensors, mlx.Contiguous(bufs[2*l+kv], m.DType, shape...))
 			e.Tensors = append(e.Tensors, mlx.Slot{Shape: shape, DType: m.DType})
 		}
 		h.Caches = append(h.Caches, e)
