@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ const clientEnv = "KVFS_TEST_CLIENT"
 func TestMain(m *testing.M) {
 	if name := os.Getenv(clientEnv); name != "" {
 		os.Exit(runClient(name, os.Args[len(os.Args)-countClientArgs():]))
+	}
+	if slices.ContainsFunc(os.Args, func(a string) bool { return strings.HasPrefix(a, "-test.list") }) {
+		os.Exit(m.Run()) // listing the tests (scripts/test's shards) needs no kvfs
 	}
 	dir, err := os.MkdirTemp("", "kvfs-e2e-")
 	if err != nil {
