@@ -258,7 +258,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if sp.pieces != nil {
 		sp.pieces.wrote(sp, off, int64(n), err)
 	}
-	if err == nil && !sp.noHash {
+	if err == nil && !sp.noHash && !sp.piecesCover() {
 		// Every cell whose end the write reached: in order, it is done.
 		for i := first; (i+1)*sp.C <= end; i++ {
 			sp.queueHash(i)
