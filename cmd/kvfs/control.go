@@ -158,6 +158,10 @@ func listenPrivate(sock string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	defer cleanup()
+	if n := max(len(tmp), len(sock)); n > maxSocketPath {
+		// bind says only "invalid argument".
+		return nil, fmt.Errorf("the socket's path (bound as %s) is %d bytes, over the %d a Unix socket's path may have: use a store whose path is %d bytes shorter", tmp, n, maxSocketPath, n-maxSocketPath)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
@@ -210,6 +214,11 @@ func privateSocketPath(parent string) (path string, cleanup func(), err error) {
 	os.Remove(path) // a daemon of the same PID before a reboot
 	return path, func() { os.Remove(path) }, nil
 }
+
+// maxSocketPath is the longest path a Unix socket may be bound or
+// reached at: sun_path holds 108 bytes on Linux (104 on macOS), with its
+// terminating NUL.
+var maxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
 
 // ctlPrivatePrefix starts the names of the private directories the
 // control socket is bound in (listenPrivate).

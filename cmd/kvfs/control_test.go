@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,4 +92,22 @@ func TestControlSocketNeverLoose(t *testing.T) {
 	if _, err := os.Lstat(final); !os.IsNotExist(err) {
 		t.Errorf("after close, %s: %v; want it removed", final, err)
 	}
+}
+
+// TestListenPrivateLongPath: a store whose path leaves no room for the
+// control socket's is refused with the reason and by how much, not bind's
+// "invalid argument".
+func TestListenPrivateLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < maxSocketPath {
+		dir = filepath.Join(dir, "a-directory-name")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := listenPrivate(filepath.Join(dir, socketName))
+	if err == nil || !strings.Contains(err.Error(), "bytes, over the") {
+		t.Fatalf("listen at a %d-byte path: %v", len(dir), err)
+	}
+	t.Log(err)
 }
