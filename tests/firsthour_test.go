@@ -226,3 +226,49 @@ func TestForegroundSigintBusy(t *testing.T) {
 		t.Fatalf("the daemon did not exit once the file was closed:\n%s", stderr.String())
 	}
 }
+
+// TestForegroundSigintWhileMounting: SIGINT that comes while kvfs mount
+// -f opens its store and mounts (here: as soon as it has logged its
+// descriptor limit, its first line) stops it cleanly once the mount is
+// up: exit 0, nothing left mounted. It killed the daemon there, leaving a
+// dead mount (CI met it: TestForegroundSigintBusy's SIGINT came before
+// the handler on a loaded machine).
+func TestForegroundSigintWhileMounting(t *testing.T) {
+	requireRoot(t)
+	for i := range 3 {
+		dir := t.TempDir()
+		st, mnt := filepath.Join(dir, "store"), filepath.Join(dir, "mnt")
+		os.Mkdir(mnt, 0o755)
+		kvfs(t, "init", st)
+		d := exec.Command(kvfsBin, "mount", "-f", st, mnt)
+		var stderr lockedBuffer
+		d.Stderr = &stderr
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for start := time.Now(); !strings.Contains(stderr.String(), "file descriptors"); time.Sleep(time.Millisecond) {
+			if time.Since(start) > 15*time.Second {
+				d.Process.Kill()
+				t.Fatalf("round %d: no first line from the daemon:\n%s", i, stderr.String())
+			}
+		}
+		d.Process.Signal(os.Interrupt)
+		exited := make(chan error, 1)
+		go func() { exited <- d.Wait() }()
+		var err error
+		select {
+		case err = <-exited:
+		case <-time.After(30 * time.Second):
+			d.Process.Kill()
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+			t.Fatalf("round %d: the daemon did not exit within 30 s of SIGINT while mounting:\n%s", i, stderr.String())
+		}
+		if isMounted(mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+			t.Errorf("round %d: left mounted", i)
+		}
+		if err != nil {
+			t.Fatalf("round %d: SIGINT while mounting: %v\n%s", i, err, stderr.String())
+		}
+	}
+}

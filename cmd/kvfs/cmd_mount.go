@@ -393,6 +393,8 @@ func foreignLines(path string, from int64) []string {
 
 // serve mounts and serves until a signal or an external unmount.
 func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
+	sigs := catchStopSignals()
+	defer signal.Stop(sigs)
 	ready := readyReporter(o.readyFD)
 	fail := func(err error) error {
 		ready("error: " + err.Error())
@@ -450,7 +452,7 @@ func serve(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther
 	log.Info("mounted", "store", storeDir, "mountpoint", mnt, "verify", o.verify,
 		"max_open_packs", o.maxOpenPacks, "pipe_max_size", kvfs.PipeMaxSize(), "simulate_darwin", o.simulateDarwin)
 	ready("ok")
-	return serveUntilUnmounted(srv, mnt, log)
+	return serveUntilUnmounted(srv, mnt, sigs, log)
 }
 
 // readyReporter returns the function that tells the parent of a
@@ -468,15 +470,22 @@ func readyReporter(fd int) func(msg string) {
 	}
 }
 
+// catchStopSignals catches SIGINT and SIGTERM from the start of a
+// daemon's life: one that came while it opened the store and mounted (a
+// test, a user's Ctrl-C, a service manager) killed it there, leaving a
+// dead mount; caught, it unmounts as soon as the mount is up.
+func catchStopSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	return sigs
+}
+
 // serveUntilUnmounted waits until the mount is unmounted, unmounting it
-// at SIGINT or SIGTERM (stopOnSignal).
+// at SIGINT or SIGTERM (sigs, stopOnSignal).
 func serveUntilUnmounted(srv interface {
 	Unmount() error
 	Wait()
-}, mnt string, log *slog.Logger) error {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+}, mnt string, sigs <-chan os.Signal, log *slog.Logger) error {
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	sys := stopSys{

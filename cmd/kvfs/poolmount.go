@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"syscall"
@@ -63,6 +64,8 @@ func mountPool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 
 // servePool joins the pool, mounts it and serves it until unmounted.
 func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowOther bool, log *slog.Logger) error {
+	sigs := catchStopSignals()
+	defer signal.Stop(sigs)
 	ready := readyReporter(o.readyFD)
 	o.pool.verifyCache = o.verify // every cached chunk hashed at each read
 	p, err := o.pool.open(ctx, os.Stderr)
@@ -82,7 +85,7 @@ func servePool(ctx context.Context, storeDir, mnt string, o mountOptions, allowO
 	}
 	log.Info("mounted", "pool", o.pool.pool, "endpoint", o.pool.endpoint, "etcd", o.pool.etcd, "cache", o.pool.cache, "mountpoint", mnt)
 	ready("ok")
-	return serveUntilUnmounted(srv, mnt, log)
+	return serveUntilUnmounted(srv, mnt, sigs, log)
 }
 
 // args are the flags that give a daemon the same pool.
