@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func init() {
@@ -30,11 +31,13 @@ func init() {
 // seen ones evicted; the snapshot did not restore).
 func TestSeenBlocksCachedStat(t *testing.T) {
 	m, ns := seenMount(t, false)
+	start := time.Now()
 	e := startEngineTurnAs(t, "engineturnls", ns, "400")
 	if e.Reused != 64 {
 		t.Fatalf("turn 2 found %d blocks existing, want 64", e.Reused)
 	}
 	evictAll(t, m, 32)
+	inGrace(t, start)
 	e.commit()
 	restoreOK(t, ns, "400")
 }
