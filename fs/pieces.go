@@ -1,8 +1,10 @@
 package fs
 
 import (
+	"cmp"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -33,8 +35,9 @@ type pieceHasher struct {
 	inOrder int64 // the end of the writes so far, in order; -1: not in order
 	q       chan store.Piece
 	done    *sync.WaitGroup // the spool's hashing
-	// summed are the pieces hashed, in file order: appended by the
-	// goroutine, read once the spool's hashing is done.
+	// summed are the pieces hashed, in no order: appended by the
+	// hashers under mu, read once the spool's hashing is done.
+	mu     sync.Mutex
 	summed []store.Piece
 	read   func(buf []byte, off int64) bool
 	C      int64
@@ -81,7 +84,9 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 		}
 		if h.q == nil {
 			h.q = make(chan store.Piece, pieceQueue)
-			go h.run(h.q)
+			for range hashWorkers() {
+				go h.run(h.q)
+			}
 		}
 		h.done.Add(1)
 		select {
@@ -123,18 +128,23 @@ func (h *pieceHasher) run(q <-chan store.Piece) {
 		}
 		if b := buf[:p.N]; h.read(b, p.Off) {
 			p.Sum, p.Summed = blockstore.Sum(b), true
+			h.mu.Lock()
 			h.summed = append(h.summed, p)
+			h.mu.Unlock()
 		}
 		h.done.Done()
 	}
 }
 
-// sums returns the pieces hashed, if the file was written in order;
-// called once the hashing is done.
+// sums returns the pieces hashed, in file order, if the file was written
+// in order; called once the hashing is done.
 func (h *pieceHasher) sums() []store.Piece {
 	if h.inOrder < 0 {
 		return nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	slices.SortFunc(h.summed, func(a, b store.Piece) int { return cmp.Compare(a.Off, b.Off) })
 	return h.summed
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -59,9 +60,9 @@ type spool struct {
 	// of that the kernel was asked to write back (see writeAhead).
 	seq, flushed int64
 
-	// hashq feeds the goroutine that hashes cells while the file is
-	// written (started by the first); hashing counts the cells queued and
-	// not yet hashed.
+	// hashq feeds the goroutines that hash cells while the file is
+	// written (hashWorkers, started by the first); hashing counts the
+	// cells queued and not yet hashed.
 	hashq   chan hashJob
 	hashing sync.WaitGroup
 	sumMu   sync.Mutex // guards every cell's gen, sum and summed
@@ -108,6 +109,15 @@ type hashJob struct {
 // hashQueue is how many cells may wait to be hashed; a cell that finds
 // the queue full is left to the commit.
 const hashQueue = 256
+
+// hashWorkers is how many goroutines hash one file's cells, or pieces,
+// as it is written: one writer of one file must be able to use many
+// cores (issue 28: one hasher a file held a 4 GiB snapshot's write to
+// one core, sha256 the most of it, on a 16-core host). Each hashes whole
+// cells or pieces, independent of one another; up to 8, so that many
+// files written at once do not each start a core's worth of goroutines
+// more than there are cores.
+func hashWorkers() int { return min(runtime.GOMAXPROCS(0), 8) }
 
 // newSpool starts a spool over base (nil for an empty file): in memory
 // when mem is set and base is small enough for it, else in a spool file
@@ -410,7 +420,9 @@ func (c *cell) changed() {
 func (sp *spool) queueHash(i int64) {
 	if sp.hashq == nil {
 		sp.hashq = make(chan hashJob, hashQueue)
-		go sp.hasher(sp.hashq)
+		for range hashWorkers() {
+			go sp.hasher(sp.hashq)
+		}
 	}
 	c := sp.cells[i]
 	sp.sumMu.Lock()
