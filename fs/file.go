@@ -354,6 +354,9 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		}
 		return f.fsys.errno("start spool", err)
 	}
+	if !f.fsys.noWriteHash {
+		sp.stored = f.fsys.s.HasChunk
+	}
 	if !f.fsys.noWriteHash && (base == nil || base.Size() == 0) {
 		switch {
 		case blob:

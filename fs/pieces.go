@@ -40,7 +40,9 @@ type pieceHasher struct {
 	mu     sync.Mutex
 	summed []store.Piece
 	read   func(buf []byte, off int64) bool
-	C      int64
+	// wroteNew, when set, is told of each piece hashed (spool.wroteNew).
+	wroteNew func(off, n int64, sum blockstore.ID)
+	C        int64
 }
 
 // pieceQueue is how many written pieces may wait to be hashed (256 MiB
@@ -53,6 +55,9 @@ const pieceQueue = 4096
 // (Store.SnapshotPieces). Called before the first write.
 func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error)) {
 	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C}
+	if sp.stored != nil {
+		sp.pieces.wroteNew = sp.wroteNew
+	}
 }
 
 // wrote records a write of n bytes at off (err: it failed, in part or
@@ -131,6 +136,9 @@ func (h *pieceHasher) run(q <-chan store.Piece) {
 			h.mu.Lock()
 			h.summed = append(h.summed, p)
 			h.mu.Unlock()
+			if h.wroteNew != nil {
+				h.wroteNew(p.Off, p.N, p.Sum)
+			}
 		}
 		h.done.Done()
 	}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +87,15 @@ type spool struct {
 	// will cut from its rows as they are written (see pieces.go); nil
 	// when not tracked.
 	pieces *pieceHasher
+
+	// stored, when set, says whether the store holds a chunk: the
+	// hashers then start the writeback of what they find new, and
+	// nothing else (see writeAhead).
+	stored func(blockstore.ID) bool
+	// ahead: the file is written in order from 0 and is large enough
+	// for its writeback to start (writeAheadFrom); set by writeAhead,
+	// read by the hashers.
+	ahead atomic.Bool
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -395,15 +405,55 @@ const (
 	writeAheadFrom = store.DefaultAdoptMinBytes
 )
 
+// Bytes the store holds already are not written again: the commit only
+// references their chunks, and the spool file that holds them is dropped
+// (issue 28: a prefix-growth snapshot is 88% stored bytes, and writing
+// them back doubled its write, the commit's fsync of its new chunks
+// waiting behind 4 GiB of spool on the disk's queue). So where the
+// spool's bytes are hashed as they are written (hashedBy), the hashers
+// start the writeback of each cell or piece they find new (wroteNew),
+// and writeAhead leaves the rest in memory; they reach the disk only if
+// the kernel needs the memory, or the commit adopts the spool as a pack
+// (most of it new). A cell or piece the queue had no room for is not
+// written back early; its commit hashes it.
+
+// hashedBy reports whether the hashers drive the writeback (see above):
+// the store can say what it holds, and the file's writes are hashed as
+// they come, by cell or by row piece.
+func (sp *spool) hashedBy() bool {
+	return sp.stored != nil && (!sp.noHash || sp.pieces != nil && sp.pieces.inOrder >= 0)
+}
+
+// wroteNew starts the writeback of [off, off+n), whose chunk sum the
+// store does not hold. Called by the hashers.
+func (sp *spool) wroteNew(off, n int64, sum blockstore.ID) {
+	if !sp.ahead.Load() || sp.stored(sum) {
+		return
+	}
+	sp.memMu.RLock()
+	defer sp.memMu.RUnlock()
+	if sp.f != nil {
+		startWriteback(sp.f, off, n)
+	}
+}
+
 // writeAhead records a write of n bytes at off and starts the writeback
 // of what was written in order since the last one, once there is
-// writeAheadBytes of it.
+// writeAheadBytes of it, unless the hashers do (hashedBy).
 func (sp *spool) writeAhead(off, n int64) {
 	if off != sp.seq || sp.seq < 0 {
 		sp.seq = -1 // no longer in order
+		sp.ahead.Store(false)
 		return
 	}
 	sp.seq += n
+	if sp.seq >= writeAheadFrom && !sp.inMem() {
+		sp.ahead.Store(true)
+	}
+	if sp.hashedBy() {
+		sp.flushed = sp.seq
+		return
+	}
 	if sp.seq >= writeAheadFrom && sp.seq-sp.flushed >= writeAheadBytes && !sp.inMem() {
 		startWriteback(sp.f, sp.flushed, sp.seq-sp.flushed)
 		sp.flushed = sp.seq
@@ -469,10 +519,14 @@ func (sp *spool) hashCell(j hashJob, buf []byte) {
 	}
 	sum := blockstore.Sum(buf)
 	sp.sumMu.Lock()
-	if j.c.gen == j.gen {
+	kept := j.c.gen == j.gen
+	if kept {
 		j.c.sum, j.c.summed = sum, true
 	}
 	sp.sumMu.Unlock()
+	if kept && sp.stored != nil {
+		sp.wroteNew(j.off, sp.C, sum)
+	}
 }
 
 // readRange reads the spool's bytes at off into buf, from another

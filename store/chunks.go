@@ -2,6 +2,7 @@ package store
 
 import (
 	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/manifest"
 )
 
 // chunkReader is what reading files needs from the chunk layer: bytes by
@@ -21,3 +22,17 @@ type chunkReader interface {
 }
 
 var _ chunkReader = (*blockstore.Dir)(nil)
+
+// HasChunk reports whether the index holds chunk id now. A writer asks it
+// of the chunks it hashes as they are written (fs's spool): the bytes of
+// one that is stored need not reach the disk before the commit, which
+// decides again in its own transaction.
+func (s *Store) HasChunk(id blockstore.ID) bool {
+	found := false
+	s.db.View(func(tx *manifest.Tx) error {
+		_, err := tx.Chunk(id)
+		found = err == nil
+		return nil
+	})
+	return found
+}
