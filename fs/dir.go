@@ -287,7 +287,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		}
 		return nil, nil, 0, e
 	}
-	return ch, h, 0, 0
+	return ch, h, d.fsys.writeOpenFlags(flags), 0
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

@@ -501,7 +501,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		h, e := f.openWriter(ctx, flags&syscall.O_TRUNC != 0)
-		return h, 0, e
+		return h, f.fsys.writeOpenFlags(flags), e
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -39,6 +39,10 @@ type Options struct {
 	// and fsync, serves reads of them itself, and keeps the file's size
 	// and times (see docs/READPATH.md).
 	WritebackCache bool
+	// BufferedWrites sends writes through the kernel's page cache even
+	// for handles open only for writing (see directWrites), as before
+	// (for measuring what direct writes save).
+	BufferedWrites bool
 	// NoKillpriv leaves clearing set-ID bits at writes, truncates and
 	// chowns to the kernel, as before FUSE_HANDLE_KILLPRIV_V2: it then
 	// asks for security.capability before every write(2) (for measuring
@@ -93,6 +97,9 @@ type FS struct {
 	// notify says the kernel is told of changes made behind its back
 	// (notify.go); not on macFUSE, nor when simulating it.
 	notify bool
+	// directWrites: handles open only for writing write around the
+	// kernel's page cache (FOPEN_DIRECT_IO; see directWrites).
+	directWrites bool
 	// pageCache is how the kernel keeps a file's pages across opens,
 	// which decides what opens answer (opencache.go): the host's, or
 	// macFUSE's when simulating it.
@@ -204,6 +211,17 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	}
 	if opts.WritebackCache {
 		fo.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
+	// Not with NoKillpriv: a direct write leaves clearing set-ID bits to
+	// the daemon (FUSE_WRITE_KILL_SUIDGID) where a buffered one has the
+	// kernel clear them, and NoKillpriv measures the kernel's way.
+	fsys.directWrites = !opts.BufferedWrites && !opts.WritebackCache && !opts.SimulateDarwin &&
+		!opts.NoKillpriv && fsys.pageCache == dropUnlessKept
+	if fsys.directWrites {
+		// The kernel then drops the cached pages that a direct write
+		// covers, so that a reader of the file does not go on reading
+		// the ones from before it.
+		fo.MountOptions.ExtraCapabilities |= fuse.CAP_DIRECT_IO_ALLOW_MMAP
 	}
 	srv, err := fuse.NewServer(&rawReplies{RawFileSystem: gofs.NewNodeFS(root, fo), attrTimeout: opts.Timeout, killpriv: fsys.killpriv,
 		darwinPages: opts.SimulateDarwin}, mnt, &fo.MountOptions)
