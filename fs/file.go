@@ -460,7 +460,9 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if f.sp.base != nil {
 		opts.Close = []*store.File{f.sp.base}
 	}
-	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, f.sp.changes(), f.sp, opts)
+	ch := f.sp.changes() // waits for the hashes in flight
+	hashed := time.Now()
+	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, ch, f.sp, opts)
 	if errors.Is(err, iofs.ErrNotExist) {
 		f.sp.dirty = false
 		return 0
@@ -489,7 +491,10 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	}
 	f.vmu.Unlock()
 	// An adopted spool became a pack: it is the store's now.
+	committed := time.Now()
 	f.dropSpool(st.Adopted)
+	f.fsys.log.Debug("committed", "ino", fi.Ino, "bytes", fi.Size, "new", st.NewBytes, "adopted", st.Adopted,
+		"hash_wait", hashed.Sub(start), "commit", committed.Sub(hashed), "drop_spool", time.Since(committed))
 	if old != 0 {
 		if err := f.fsys.s.Unhold(old); err != nil {
 			f.fsys.log.Warn("release the previous version", "ino", old, "err", err)

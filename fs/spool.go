@@ -178,11 +178,16 @@ func (sp *spool) close(remove bool) {
 	}
 	if sp.inMem() {
 		sp.freeMem()
+	} else if remove {
+		// The name goes now; the file goes with its last descriptor,
+		// closed off the caller's path: the kernel then drops its
+		// pages, 4 GiB of them for a large snapshot whose stored bytes
+		// never reached the disk (see hashedBy), which took the close
+		// of such a file a noticeable part of its commit.
+		os.Remove(sp.f.Name())
+		go sp.f.Close()
 	} else {
 		sp.f.Close()
-		if remove {
-			os.Remove(sp.f.Name())
-		}
 	}
 	sp.dropBase()
 }
