@@ -33,6 +33,13 @@ type pieceHasher struct {
 	plan    func(io.ReaderAt, int64) (*store.PiecePlan, error)
 	p       *store.PiecePlan
 	inOrder int64 // the end of the writes so far, in order; -1: not in order
+	// first is the offset of the first write (-1 before it). The engine
+	// writes a snapshot's tensors first, from the end of its header on,
+	// and its header last (mlx.Writer: the header holds the tensors'
+	// hashes): the hole [0, first) it skips is the header's, written in
+	// order too (gapAt is how far) and before any piece is planned, which
+	// only the header allows. Other writes below inOrder break the order.
+	first, gapAt int64
 	q       chan store.Piece
 	done    *sync.WaitGroup // the spool's hashing
 	// summed are the pieces hashed, in no order: appended by the
@@ -46,15 +53,18 @@ type pieceHasher struct {
 }
 
 // pieceQueue is how many written pieces may wait to be hashed (256 MiB
-// of 64 KiB chunks, 224 KiB of queue); one that finds the queue full, the
-// hasher behind on a loaded machine, is left to the commit.
+// of 64 KiB chunks, 224 KiB of queue). A write that finds the queue full
+// waits for the hashers (they need none of the writer's locks): left to
+// the commit, such pieces were hashed there on one goroutine, and the
+// engine's header, written last, completes every piece at once (see
+// first).
 const pieceQueue = 4096
 
 // trackPieces makes the spool of a new snapshot hash its chunks as they
 // are written; plan makes the store's plan from the bytes written so far
 // (Store.SnapshotPieces). Called before the first write.
 func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error)) {
-	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C}
+	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1}
 	if sp.stored != nil {
 		sp.pieces.wroteNew = sp.wroteNew
 	}
@@ -66,13 +76,28 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 	if h.inOrder < 0 {
 		return
 	}
-	if err != nil || off < h.inOrder {
+	if err != nil {
 		h.broken()
 		return
 	}
-	h.inOrder = off + n
+	if h.first < 0 {
+		h.first = off
+	}
+	switch {
+	case off >= h.inOrder:
+		h.inOrder = off + n
+	case h.p == nil && off >= h.gapAt && off+n <= h.first:
+		h.gapAt = off + n // the header, into the hole left for it
+	default:
+		h.broken()
+		return
+	}
 	if h.p == nil {
-		p, err := h.plan(src, h.inOrder)
+		avail := h.inOrder // written from 0 on
+		if h.first > 0 && h.gapAt < h.first {
+			return // planned once the whole hole is written
+		}
+		p, err := h.plan(src, avail)
 		if errors.Is(err, store.ErrMorePieces) {
 			return
 		}
@@ -94,11 +119,7 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 			}
 		}
 		h.done.Add(1)
-		select {
-		case h.q <- store.Piece{Off: off, N: n}:
-		default:
-			h.done.Done() // the commit will hash it
-		}
+		h.q <- store.Piece{Off: off, N: n}
 	}
 }
 

@@ -426,7 +426,7 @@ const (
 // the store can say what it holds, and the file's writes are hashed as
 // they come, by cell or by row piece.
 func (sp *spool) hashedBy() bool {
-	return sp.stored != nil && (!sp.noHash || sp.pieces != nil && sp.pieces.inOrder >= 0)
+	return sp.stored != nil && (!sp.noHash || sp.pieces != nil && sp.pieces.inOrder >= 0 && sp.pieces.p != nil)
 }
 
 // wroteNew starts the writeback of [off, off+n), whose chunk sum the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvfs/kvfs/blockstore"
 	"github.com/kvfs/kvfs/internal/snapgen"
+	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/store"
 	"github.com/kvfs/kvfs/store/storetest"
 )
@@ -433,21 +434,32 @@ func TestSpoolPieces(t *testing.T) {
 		mem    bool
 		after  func(sp *spool, b []byte) []byte // before the commit: the new content
 		summed bool
+		// headerLast writes the tensors first and the header last, as
+		// the engine's writer does (mlx.Writer); head is how many
+		// writes the header takes.
+		headerLast bool
+		head       int
 	}{
-		{"in order", big, false, nil, true},
-		{"in order, in memory", small, true, nil, true},
+		{"in order", big, false, nil, true, false, 0},
+		{"header last", big, false, nil, true, true, 1},
+		{"header last, in three writes", big, false, nil, true, true, 3},
+		{"header last, then written again", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
+			sp.write(b[:100], 0)
+			return b
+		}, false, true, 1},
+		{"in order, in memory", small, true, nil, true, false, 0},
 		// Other bytes, in the spool and in the content it must read as.
 		{"a rewrite", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
 			copy(b[100_000:], bytes.Repeat([]byte{7}, 500))
 			sp.write(b[100_000:100_500], 100_000)
 			return b
-		}, false},
+		}, false, false, 0},
 		{"truncated and regrown", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
 			sp.truncate(int64(len(b)) - 70_000)
 			copy(b[len(b)-70_000:], bytes.Repeat([]byte{9}, 70_000))
 			sp.write(b[len(b)-70_000:], int64(len(b))-70_000)
 			return b
-		}, false},
+		}, false, false, 0},
 		// The write goes on where the writes were, past the zeros the
 		// truncation left: in order, but not all of it written so.
 		{"truncated, then written on", bytes.Clone(big), false, func(sp *spool, b []byte) []byte {
@@ -456,8 +468,8 @@ func TestSpoolPieces(t *testing.T) {
 			clear(b[end-200_000:])
 			sp.write([]byte("more"), end)
 			return append(b, "more"...)
-		}, false},
-		{"not a snapshot", bytes.Repeat([]byte("not a snapshot "), 100_000), false, nil, false},
+		}, false, false, 0},
+		{"not a snapshot", bytes.Repeat([]byte("not a snapshot "), 100_000), false, nil, false, false, 0},
 	}
 	for k, c := range cases {
 		var mem *memBudget
@@ -473,8 +485,26 @@ func TestSpoolPieces(t *testing.T) {
 		}
 		sp.trackPieces(s.SnapshotPieces)
 		r := rand.New(rand.NewPCG(uint64(k), 5))
-		for off := 0; off < len(c.b); {
+		from := 0
+		if c.headerLast {
+			var p mlx.Prefix
+			if err := p.UnmarshalBinary(c.b[:mlx.PrefixLen]); err != nil {
+				t.Fatal(err)
+			}
+			from = int(p.DataStart)
+		}
+		for off := from; off < len(c.b); {
 			n := min(len(c.b)-off, 1+r.IntN(200_000))
+			if _, err := sp.write(c.b[off:off+n], int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			off += n
+		}
+		for i, off := 0, 0; i < c.head; i++ {
+			n := from - off
+			if i < c.head-1 {
+				n = from / c.head
+			}
 			if _, err := sp.write(c.b[off:off+n], int64(off)); err != nil {
 				t.Fatal(err)
 			}
