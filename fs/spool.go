@@ -58,8 +58,12 @@ type spool struct {
 	noHash bool
 	// seq is how far the file was written in order from 0, with no
 	// other write (a cp, a snapshot written whole); flushed is how much
-	// of that the kernel was asked to write back (see writeAhead).
-	seq, flushed int64
+	// of that the kernel was asked to write back (see writeAhead). A new
+	// file's first write may skip a hole at its start, [0, hole), that
+	// later writes fill without breaking the order: the engine writes a
+	// snapshot's tensors first and its header last (mlx.Writer).
+	seq, flushed, hole int64
+	wroteAny           bool
 
 	// hashq feeds the goroutines that hash cells while the file is
 	// written (hashWorkers, started by the first); hashing counts the
@@ -446,6 +450,13 @@ func (sp *spool) wroteNew(off, n int64, sum blockstore.ID) {
 // of what was written in order since the last one, once there is
 // writeAheadBytes of it, unless the hashers do (hashedBy).
 func (sp *spool) writeAhead(off, n int64) {
+	if !sp.wroteAny && sp.base == nil && off > 0 {
+		sp.seq, sp.hole = off, off
+	}
+	sp.wroteAny = true
+	if sp.seq >= 0 && off+n <= sp.hole {
+		return // into the hole at the start (the header), in order or not
+	}
 	if off != sp.seq || sp.seq < 0 {
 		sp.seq = -1 // no longer in order
 		sp.ahead.Store(false)
