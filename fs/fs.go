@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,8 +99,10 @@ type FS struct {
 	// (notify.go); not on macFUSE, nor when simulating it.
 	notify bool
 	// directWrites: handles open only for writing write around the
-	// kernel's page cache (FOPEN_DIRECT_IO; see directWrites).
-	directWrites bool
+	// kernel's page cache (FOPEN_DIRECT_IO; see writeOpenFlags). Set
+	// once the kernel's INIT shows it drops the pages a direct write
+	// covers.
+	directWrites atomic.Bool
 	// pageCache is how the kernel keeps a file's pages across opens,
 	// which decides what opens answer (opencache.go): the host's, or
 	// macFUSE's when simulating it.
@@ -215,9 +218,9 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	// Not with NoKillpriv: a direct write leaves clearing set-ID bits to
 	// the daemon (FUSE_WRITE_KILL_SUIDGID) where a buffered one has the
 	// kernel clear them, and NoKillpriv measures the kernel's way.
-	fsys.directWrites = !opts.BufferedWrites && !opts.WritebackCache && !opts.SimulateDarwin &&
+	directWrites := !opts.BufferedWrites && !opts.WritebackCache && !opts.SimulateDarwin &&
 		!opts.NoKillpriv && fsys.pageCache == dropUnlessKept
-	if fsys.directWrites {
+	if directWrites {
 		// The kernel then drops the cached pages that a direct write
 		// covers, so that a reader of the file does not go on reading
 		// the ones from before it.
@@ -232,6 +235,11 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", s.Dir(), mnt, err)
 	}
+	// Only a kernel that drops the cached pages a direct write covers
+	// (6.6 and later: FUSE_DIRECT_IO_ALLOW_MMAP) gets direct writes:
+	// before it, a reader holding pages of the file could go on reading
+	// them after a direct write changed the bytes.
+	fsys.directWrites.Store(directWrites && srv.KernelSettings().Flags64()&fuse.CAP_DIRECT_IO_ALLOW_MMAP != 0)
 	setReadahead(mnt, requestBytes/1024, opts.Logger)
 	if opts.ExpireEvery == 0 {
 		opts.ExpireEvery = time.Minute

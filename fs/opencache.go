@@ -62,7 +62,7 @@ func openCacheFlags(pc pageCache, sameVersion bool) uint32 {
 // the new bytes from the daemon, as they did. A handle that also reads
 // (O_RDWR) keeps the page cache: an engine may map it.
 func (fsys *FS) writeOpenFlags(flags uint32) uint32 {
-	if fsys.directWrites && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+	if fsys.directWrites.Load() && flags&syscall.O_ACCMODE == syscall.O_WRONLY {
 		return fuse.FOPEN_DIRECT_IO
 	}
 	return 0

@@ -40,8 +40,8 @@ type pieceHasher struct {
 	// order too (gapAt is how far) and before any piece is planned, which
 	// only the header allows. Other writes below inOrder break the order.
 	first, gapAt int64
-	q       chan store.Piece
-	done    *sync.WaitGroup // the spool's hashing
+	q            chan store.Piece
+	done         *sync.WaitGroup // the spool's hashing
 	// summed are the pieces hashed, in no order: appended by the
 	// hashers under mu, read once the spool's hashing is done.
 	mu     sync.Mutex

@@ -90,7 +90,7 @@ func (f *file) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 }
 
 func (f *file) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno { return 0 }
-func (f *file) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno             { return 0 }
+func (f *file) Flush(ctx context.Context, fh gofs.FileHandle) syscall.Errno               { return 0 }
 
 func main() {
 	writeback := flag.Bool("writeback", false, "ask for the kernel's writeback cache")
