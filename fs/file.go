@@ -460,6 +460,9 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if f.sp.base != nil {
 		opts.Close = []*store.File{f.sp.base}
 	}
+	if err := f.sp.landed(); err != nil {
+		return f.fsys.errno("commit", err)
+	}
 	ch := f.sp.changes() // waits for the hashes in flight
 	hashed := time.Now()
 	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, ch, f.sp, opts)

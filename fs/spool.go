@@ -100,6 +100,9 @@ type spool struct {
 	// for its writeback to start (writeAheadFrom); set by writeAhead,
 	// read by the hashers.
 	ahead atomic.Bool
+	// async writes large appended writes into the spool file off the
+	// request's path (asyncwrite.go); nil until the first.
+	async *asyncWriter
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -170,6 +173,7 @@ func (sp *spool) modified() {
 // close drops the spool: its file (removed unless the store adopted it)
 // and its pin of base.
 func (sp *spool) close(remove bool) {
+	sp.asyncStop()
 	sp.hashing.Wait()
 	if sp.hashq != nil {
 		close(sp.hashq)
@@ -234,6 +238,19 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
+	fast := !sp.inMem() && sp.base == nil && off >= sp.size && len(data) >= asyncMin
+	if !fast {
+		if err := sp.landed(); err != nil {
+			return 0, err
+		}
+	} else if sp.async != nil {
+		sp.async.mu.Lock()
+		err := sp.async.err
+		sp.async.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
 	first, last := off/sp.C, (end-1)/sp.C
 	// Room for the write and the committed bytes it copies in (the cells
 	// it covers in part, below keep), before anything changes.
@@ -273,7 +290,14 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		sp.cells[i].changed()
 	}
 	sp.sumMu.Unlock()
-	n, err := sp.writeData(data, off)
+	var n int
+	var err error
+	if fast {
+		sp.asyncWrite(data, off)
+		n = len(data)
+	} else {
+		n, err = sp.writeData(data, off)
+	}
 	if n < len(data) {
 		if len(covered) > 0 {
 			n = sp.uncover(covered, off, n)
@@ -550,6 +574,9 @@ func (sp *spool) hashCell(j hashJob, buf []byte) {
 // it read all of them; bytes past the end of a spool in memory are not
 // read.
 func (sp *spool) readRange(buf []byte, off int64) bool {
+	if sp.landed() != nil {
+		return false
+	}
 	sp.memMu.RLock()
 	f, n := sp.f, 0
 	if f == nil && off+int64(len(buf)) <= int64(len(sp.mem)) {
@@ -564,6 +591,9 @@ func (sp *spool) readRange(buf []byte, off int64) bool {
 
 // truncate sets the file's size.
 func (sp *spool) truncate(size int64) error {
+	if err := sp.landed(); err != nil {
+		return err
+	}
 	// Room for the new size, and for the committed bytes copied in: of
 	// the cell a shorter size cuts, or of the last cell when the file
 	// grows (materializeEnd). What a longer size adds is zeros.
@@ -622,6 +652,9 @@ func (sp *spool) fromBase(pos int64) bool {
 // ReadAt reads the file's bytes as written so far (io.ReaderAt: the
 // source of a commit that needs the whole content).
 func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
+	if err := sp.landed(); err != nil {
+		return 0, err
+	}
 	if off >= sp.size {
 		if len(p) == 0 {
 			return 0, nil
@@ -660,6 +693,7 @@ func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
 // changes describes the spool's content as changes to base, for the
 // commit.
 func (sp *spool) changes() store.Changes {
+	sp.landed() // its error fails the commit first (commitLocked)
 	sp.hashing.Wait() // hashes in flight are nearly done: wait, not redo
 	ch := store.Changes{Size: sp.size, Spool: sp.f}
 	if sp.inMem() {
