@@ -3,6 +3,8 @@ package fs
 import (
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Answering a large write before its bytes reach the spool file: the
@@ -107,4 +109,23 @@ func (sp *spool) asyncStop() {
 	sp.landed()
 	close(sp.async.q)
 	<-sp.async.done
+}
+
+// asyncRoomBytes is the free space the spool's filesystem must have, past
+// the writes in flight, for a write to be answered before it lands: near
+// a full disk writes land before they are answered, so that one the disk
+// cannot take is cut short and says so itself (spool.write's contract).
+const asyncRoomBytes = 1 << 30
+
+// asyncRoom reports whether the spool's filesystem has room to answer
+// writes early, checked at most every 100 ms.
+func (sp *spool) asyncRoom() bool {
+	now := time.Now()
+	if now.Sub(sp.roomAt) < 100*time.Millisecond {
+		return sp.roomy
+	}
+	var st syscall.Statfs_t
+	sp.roomy = syscall.Statfs(sp.dir, &st) == nil && int64(st.Bavail)*int64(st.Bsize) > asyncRoomBytes
+	sp.roomAt = now
+	return sp.roomy
 }

@@ -103,6 +103,9 @@ type spool struct {
 	// async writes large appended writes into the spool file off the
 	// request's path (asyncwrite.go); nil until the first.
 	async *asyncWriter
+	// roomy is asyncRoom's last answer, at roomAt.
+	roomy  bool
+	roomAt time.Time
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -238,7 +241,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
-	fast := !sp.inMem() && sp.base == nil && off >= sp.size && len(data) >= asyncMin
+	fast := !sp.inMem() && sp.base == nil && off >= sp.size && len(data) >= asyncMin && sp.asyncRoom()
 	if !fast {
 		if err := sp.landed(); err != nil {
 			return 0, err
@@ -693,7 +696,7 @@ func (sp *spool) ReadAt(p []byte, off int64) (int, error) {
 // changes describes the spool's content as changes to base, for the
 // commit.
 func (sp *spool) changes() store.Changes {
-	sp.landed() // its error fails the commit first (commitLocked)
+	sp.landed()       // its error fails the commit first (commitLocked)
 	sp.hashing.Wait() // hashes in flight are nearly done: wait, not redo
 	ch := store.Changes{Size: sp.size, Spool: sp.f}
 	if sp.inMem() {
