@@ -44,7 +44,7 @@ var asyncBufs = sync.Pool{New: func() any { b := make([]byte, requestBytes); ret
 func (sp *spool) asyncStart() {
 	a := &asyncWriter{q: make(chan asyncJob, asyncQueue), bufs: &asyncBufs, done: make(chan struct{})}
 	a.cond = sync.NewCond(&a.mu)
-	sp.async = a
+	sp.async.Store(a)
 	go sp.asyncRun(a)
 }
 
@@ -72,9 +72,10 @@ func (sp *spool) asyncRun(a *asyncWriter) {
 
 // asyncWrite queues data at off; the spool's metadata is the caller's.
 func (sp *spool) asyncWrite(data []byte, off int64) {
-	if sp.async == nil {
+	if sp.async.Load() == nil {
 		sp.asyncStart()
 	}
+	a := sp.async.Load()
 	bp := asyncBufs.Get().(*[]byte)
 	b := *bp
 	if cap(b) < len(data) {
@@ -82,13 +83,13 @@ func (sp *spool) asyncWrite(data []byte, off int64) {
 	}
 	b = b[:len(data)]
 	copy(b, data)
-	sp.async.sub.Add(1)
-	sp.async.q <- asyncJob{buf: b, off: off}
+	a.sub.Add(1)
+	a.q <- asyncJob{buf: b, off: off}
 }
 
 // landed waits for the writes queued so far and returns their error.
 func (sp *spool) landed() error {
-	a := sp.async
+	a := sp.async.Load()
 	if a == nil {
 		return nil
 	}
@@ -103,12 +104,13 @@ func (sp *spool) landed() error {
 
 // asyncStop waits for the queue and ends its goroutine.
 func (sp *spool) asyncStop() {
-	if sp.async == nil {
+	a := sp.async.Load()
+	if a == nil {
 		return
 	}
 	sp.landed()
-	close(sp.async.q)
-	<-sp.async.done
+	close(a.q)
+	<-a.done
 }
 
 // asyncRoomBytes is the free space the spool's filesystem must have, past

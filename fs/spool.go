@@ -102,7 +102,7 @@ type spool struct {
 	ahead atomic.Bool
 	// async writes large appended writes into the spool file off the
 	// request's path (asyncwrite.go); nil until the first.
-	async *asyncWriter
+	async atomic.Pointer[asyncWriter]
 	// roomy is asyncRoom's last answer, at roomAt.
 	roomy  bool
 	roomAt time.Time
@@ -246,10 +246,10 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 		if err := sp.landed(); err != nil {
 			return 0, err
 		}
-	} else if sp.async != nil {
-		sp.async.mu.Lock()
-		err := sp.async.err
-		sp.async.mu.Unlock()
+	} else if a := sp.async.Load(); a != nil {
+		a.mu.Lock()
+		err := a.err
+		a.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
