@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,8 @@ type asyncWriter struct {
 	err       error
 	bufs      *sync.Pool
 	done      chan struct{}
+	// write writes a buffer into the spool file (writeAt; tests fail it).
+	write func(f *os.File, b []byte, off int64) (int, error)
 }
 
 type asyncJob struct {
@@ -42,7 +45,7 @@ const asyncMin = 64 << 10
 var asyncBufs = sync.Pool{New: func() any { b := make([]byte, requestBytes); return &b }}
 
 func (sp *spool) asyncStart() {
-	a := &asyncWriter{q: make(chan asyncJob, asyncQueue), bufs: &asyncBufs, done: make(chan struct{})}
+	a := &asyncWriter{q: make(chan asyncJob, asyncQueue), bufs: &asyncBufs, done: make(chan struct{}), write: writeAt}
 	a.cond = sync.NewCond(&a.mu)
 	sp.async.Store(a)
 	go sp.asyncRun(a)
@@ -55,7 +58,7 @@ func (sp *spool) asyncRun(a *asyncWriter) {
 		failed := a.err != nil
 		a.mu.Unlock()
 		if !failed {
-			if _, err := writeAt(sp.f, j.buf, j.off); err != nil {
+			if _, err := a.write(sp.f, j.buf, j.off); err != nil {
 				a.mu.Lock()
 				a.err = err
 				a.mu.Unlock()
