@@ -15,10 +15,12 @@ import (
 
 // TestSnapshotHashedWhileWritten: whole-layout snapshots written through
 // the mount in order, by cp and as the engine writes them (NAME.tmp in
-// pieces of any size, fsync, rename), are hashed chunk by chunk as they
-// are written: their commits hash nothing (the daemon's metrics), the
-// second one reusing the rows of the first as its parent. One written out
-// of order is hashed by its commit, as before. Every snapshot reads back
+// pieces of any size, fsync, rename; also a hole at the start written
+// last, as the engine's header), are hashed chunk by chunk as they are
+// written: their commits hash nothing (the daemon's metrics), the second
+// one reusing the rows of the first as its parent. One written out of
+// order (bytes written again after the writes passed them) is hashed by
+// its commit, as before. Every snapshot reads back
 // byte for byte and verifies (kvfs inspect --verify), before and after a
 // remount.
 func TestSnapshotHashedWhileWritten(t *testing.T) {
@@ -46,21 +48,23 @@ func TestSnapshotHashedWhileWritten(t *testing.T) {
 	a := gen("a.mlxkv", base)
 	b := gen("b.mlxkv", snapgen.Extend(base, 500, 2))
 	c := gen("c.mlxkv", snapgen.Tokens(400, 3))
+	d := gen("d.mlxkv", snapgen.Tokens(350, 4))
 
 	hashed := func() float64 { return counter(scrape(t, addr), "kvfs_commit_hashed_bytes_total") }
 	h0 := hashed()
 	sh(t, "cp "+filepath.Join(dir, "a.mlxkv")+" "+filepath.Join(ns, "a.mlxkv"))
-	writeInPieces(t, filepath.Join(ns, "b.mlxkv"), b, rand.New(rand.NewPCG(1, 1)), false)
+	writeInPieces(t, filepath.Join(ns, "b.mlxkv"), b, rand.New(rand.NewPCG(1, 1)), inOrder)
+	writeInPieces(t, filepath.Join(ns, "d.mlxkv"), d, rand.New(rand.NewPCG(3, 3)), holeFirst)
 	h1 := hashed()
-	writeInPieces(t, filepath.Join(ns, "c.mlxkv"), c, rand.New(rand.NewPCG(2, 2)), true)
+	writeInPieces(t, filepath.Join(ns, "c.mlxkv"), c, rand.New(rand.NewPCG(2, 2)), rewritten)
 	h2 := hashed()
 	t.Logf("commits hashed %g bytes of snapshots written in order (%d bytes), %g of one written out of order (%d bytes)",
-		h1-h0, len(a)+len(b), h2-h1, len(c))
+		h1-h0, len(a)+len(b)+len(d), h2-h1, len(c))
 	// Pieces that find the hasher's queue full (a loaded machine) are left
 	// to the commit; with the kernel's writeback cache, writes may come
 	// out of order.
-	if !strings.Contains(os.Getenv("KVFS_TEST_MOUNT_ARGS"), "writeback") && h1-h0 > float64(len(a)+len(b))/4 {
-		t.Errorf("the commits of snapshots written in order hashed %g of their %d bytes, want nearly none", h1-h0, len(a)+len(b))
+	if !strings.Contains(os.Getenv("KVFS_TEST_MOUNT_ARGS"), "writeback") && h1-h0 > float64(len(a)+len(b)+len(d))/4 {
+		t.Errorf("the commits of snapshots written in order hashed %g of their %d bytes, want nearly none", h1-h0, len(a)+len(b)+len(d))
 	}
 	if h2-h1 < float64(len(c))/2 {
 		t.Errorf("the commit of a snapshot written out of order hashed %g of its %d bytes: sums taken from out-of-order writes", h2-h1, len(c))
@@ -86,10 +90,19 @@ func TestSnapshotHashedWhileWritten(t *testing.T) {
 	check("after a remount")
 }
 
+// writeOrder is the order writeInPieces writes in.
+type writeOrder int
+
+const (
+	inOrder   writeOrder = iota
+	holeFirst            // the second half, then the first: as the engine writes its header last
+	rewritten            // holeFirst, then part of the second half again (out of order)
+)
+
 // writeInPieces writes data to p.tmp as the engine writes a snapshot, in
-// pieces of random sizes (in order, or the second half first), fsyncs it
-// and renames it to p.
-func writeInPieces(t *testing.T, p string, data []byte, r *rand.Rand, outOfOrder bool) {
+// pieces of random sizes in the given order, fsyncs it and renames it to
+// p.
+func writeInPieces(t *testing.T, p string, data []byte, r *rand.Rand, order writeOrder) {
 	t.Helper()
 	f, err := os.OpenFile(p+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -104,10 +117,15 @@ func writeInPieces(t *testing.T, p string, data []byte, r *rand.Rand, outOfOrder
 			off += n
 		}
 	}
-	if outOfOrder {
+	switch order {
+	case holeFirst:
 		write(len(data)/2, len(data))
 		write(0, len(data)/2)
-	} else {
+	case rewritten:
+		write(len(data)/2, len(data))
+		write(0, len(data)/2)
+		write(len(data)/2, len(data)/2+3<<20) // the same bytes again, once the plan is made
+	default:
 		write(0, len(data))
 	}
 	if err := f.Sync(); err != nil {
