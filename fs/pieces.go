@@ -93,11 +93,10 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 		return
 	}
 	if h.p == nil {
-		avail := h.inOrder // written from 0 on
 		if h.first > 0 && h.gapAt < h.first {
 			return // planned once the whole hole is written
 		}
-		p, err := h.plan(src, avail)
+		p, err := h.plan(src, h.inOrder) // all of it written from 0 on
 		if errors.Is(err, store.ErrMorePieces) {
 			return
 		}

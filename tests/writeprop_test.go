@@ -1,3 +1,5 @@
+//go:build linux
+
 package tests
 
 import (
@@ -6,6 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -215,3 +221,53 @@ func writeInterleaving(t *testing.T, m *mount, name string, base []byte, r *rand
 	}
 	return model
 }
+
+// TestWriteOnlyOpensAreDirect: an open only for writing (a create and an
+// open of an existing file) is answered FOPEN_DIRECT_IO, so that its
+// writes go around the kernel's page cache (issue 28); an open that also
+// reads keeps the page cache (it may be mapped), and so does every open
+// with --no-killpriv. Read from the daemon's --debug-fuse log: each
+// CREATE and OPEN reply, in order.
+func TestWriteOnlyOpensAreDirect(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		direct bool
+	}{{nil, true}, {[]string{"--no-killpriv"}, false}} {
+		m := newMount(t, append([]string{"--debug-fuse", "--log-level", "debug"}, c.args...)...)
+		from := logSize(t, m)
+		p := m.path("f")
+		for _, fl := range []int{os.O_WRONLY | os.O_CREATE, os.O_WRONLY, os.O_RDWR} {
+			f, err := os.OpenFile(p, fl, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+		log, err := os.ReadFile(filepath.Join(m.store, "kvfs.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replies []bool // DIRECT, for each CREATE or OPEN reply
+		pending := map[string]bool{}
+		for _, line := range strings.Split(string(log[from:]), "\n") {
+			if rx := openRequest.FindStringSubmatch(line); rx != nil {
+				pending[rx[1]] = true
+			} else if tx := fuseReply.FindStringSubmatch(line); tx != nil && pending[tx[1]] {
+				delete(pending, tx[1])
+				replies = append(replies, strings.Contains(line, "DIRECT"))
+			}
+		}
+		want := []bool{c.direct, c.direct, false}
+		if !slices.Equal(replies, want) {
+			t.Errorf("args %v: CREATE, O_WRONLY and O_RDWR opens answered direct %v, want %v", c.args, replies, want)
+		}
+	}
+}
+
+var (
+	openRequest = regexp.MustCompile(`rx (\d+): (?:CREATE|OPEN) `)
+	fuseReply   = regexp.MustCompile(`tx (\d+): `)
+)
