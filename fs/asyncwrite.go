@@ -1,11 +1,11 @@
 package fs
 
 import (
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // Answering a large write before its bytes reach the spool file: the
@@ -64,8 +64,9 @@ func (sp *spool) asyncRun(a *asyncWriter) {
 				a.mu.Unlock()
 			}
 		}
-		b := j.buf[:cap(j.buf)]
-		a.bufs.Put(&b)
+		if b := j.buf[:cap(j.buf)]; len(b) == requestBytes {
+			a.bufs.Put(&b)
+		}
 		a.mu.Lock()
 		a.land.Add(1)
 		a.cond.Broadcast()
@@ -79,8 +80,10 @@ func (sp *spool) asyncWrite(data []byte, off int64) {
 		sp.asyncStart()
 	}
 	a := sp.async.Load()
-	bp := asyncBufs.Get().(*[]byte)
-	b := *bp
+	var b []byte
+	if len(data) >= asyncMin {
+		b = *asyncBufs.Get().(*[]byte)
+	}
 	if cap(b) < len(data) {
 		b = make([]byte, len(data))
 	}
@@ -88,6 +91,15 @@ func (sp *spool) asyncWrite(data []byte, off int64) {
 	copy(b, data)
 	a.sub.Add(1)
 	a.q <- asyncJob{buf: b, off: off}
+}
+
+// asyncBusy reports whether writes answered early are still landing: a
+// small appended write then joins their queue rather than wait for them
+// (a direct write from an unaligned buffer reaches the daemon as a large
+// request and a small one).
+func (sp *spool) asyncBusy() bool {
+	a := sp.async.Load()
+	return a != nil && a.sub.Load() > a.land.Load()
 }
 
 // landed waits for the writes queued so far and returns their error.
@@ -116,21 +128,56 @@ func (sp *spool) asyncStop() {
 	<-a.done
 }
 
-// asyncRoomBytes is the free space the spool's filesystem must have, past
-// the writes in flight, for a write to be answered before it lands: near
-// a full disk writes land before they are answered, so that one the disk
-// cannot take is cut short and says so itself (spool.write's contract).
-const asyncRoomBytes = 1 << 30
+// preallocStep is how far past a write the spool file is allocated when
+// the write is answered early: one fallocate for every 64 writes of 1 MiB.
+const preallocStep = 64 << 20
 
-// asyncRoom reports whether the spool's filesystem has room to answer
-// writes early, checked at most every 100 ms.
-func (sp *spool) asyncRoom() bool {
-	now := time.Now()
-	if now.Sub(sp.roomAt) < 100*time.Millisecond {
-		return sp.roomy
+// reserveAhead reports whether [off, end) of the spool file is allocated,
+// allocating it (and allocStep past it) if not. Only such a write is
+// answered before it lands: a write into allocated space cannot fail for
+// want of space, so a full disk still cuts a write short before it is
+// answered (spool.write's contract), never after, when no writer could
+// learn of it. Where the filesystem cannot allocate ahead, writes land
+// before they are answered.
+func (sp *spool) reserveAhead(off, end int64) bool {
+	if sp.noPrealloc {
+		return false
 	}
-	var st syscall.Statfs_t
-	sp.roomy = syscall.Statfs(sp.dir, &st) == nil && int64(st.Bavail)*int64(st.Bsize) > asyncRoomBytes
-	sp.roomAt = now
-	return sp.roomy
+	if off >= sp.allocFrom && end <= sp.allocEnd {
+		return true
+	}
+	from, contiguous := off, off >= sp.allocFrom && off <= sp.allocEnd
+	if contiguous {
+		from = sp.allocEnd
+	}
+	to := end + sp.allocStep
+	if err := allocateAhead(sp.f, from, to-from); err != nil {
+		if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+			sp.noPrealloc = true // unsupported: do not ask again
+		}
+		// A failed allocation may have allocated part of the range: give
+		// it back, so that a nearly full disk keeps its room for the
+		// writes that land before they are answered.
+		sp.dropAhead()
+		return false
+	}
+	if !contiguous {
+		sp.allocFrom = off
+	}
+	sp.allocEnd = to
+	return true
+}
+
+// dropAhead frees what reserveAhead allocated past the end of the file,
+// once the writes queued have landed: before a commit (which may adopt
+// the spool file as a pack), after a failed allocation. A failure leaves
+// the blocks to the spool file's removal.
+func (sp *spool) dropAhead() {
+	if sp.allocEnd <= sp.size || sp.f == nil {
+		return
+	}
+	if sp.landed() == nil && sp.f.Truncate(sp.size) == nil {
+		sp.allocEnd = min(sp.allocEnd, sp.size)
+		sp.allocFrom = min(sp.allocFrom, sp.allocEnd)
+	}
 }

@@ -463,6 +463,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if err := f.sp.landed(); err != nil {
 		return f.fsys.errno("commit", err)
 	}
+	f.sp.dropAhead() // a spool adopted as a pack keeps no blocks past its end
 	ch := f.sp.changes() // waits for the hashes in flight
 	hashed := time.Now()
 	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, ch, f.sp, opts)

@@ -103,9 +103,14 @@ type spool struct {
 	// async writes large appended writes into the spool file off the
 	// request's path (asyncwrite.go); nil until the first.
 	async atomic.Pointer[asyncWriter]
-	// roomy is asyncRoom's last answer, at roomAt.
-	roomy  bool
-	roomAt time.Time
+	// [allocFrom, allocEnd) of the spool file is allocated ahead of the
+	// writes answered early (reserveAhead); noPrealloc: the filesystem
+	// cannot.
+	allocFrom, allocEnd int64
+	noPrealloc          bool
+	// allocStep is how far past a write the file is allocated
+	// (preallocStep; tests on small filesystems set less).
+	allocStep int64
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -143,7 +148,7 @@ func hashWorkers() int { return min(runtime.GOMAXPROCS(0), 8) }
 // when mem is set and base is small enough for it, else in a spool file
 // in dir.
 func newSpool(dir string, base *store.File, C int64, noHash bool, mem *memBudget) (*spool, error) {
-	sp := &spool{C: C, base: base, cells: map[int64]*cell{}, noHash: noHash, dir: dir}
+	sp := &spool{C: C, base: base, cells: map[int64]*cell{}, noHash: noHash, dir: dir, allocStep: preallocStep}
 	if mem != nil && (base == nil || base.Size() <= mem.each) {
 		sp.budget = mem
 		if base != nil {
@@ -241,7 +246,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
-	fast := !sp.inMem() && sp.base == nil && off >= sp.size && len(data) >= asyncMin && sp.asyncRoom()
+	fast := !sp.inMem() && sp.base == nil && off >= sp.size && (len(data) >= asyncMin || sp.asyncBusy()) && sp.reserveAhead(off, end)
 	if !fast {
 		if err := sp.landed(); err != nil {
 			return 0, err
@@ -642,6 +647,10 @@ func (sp *spool) truncate(size int64) error {
 		sp.truncMem(size)
 	} else if err := sp.f.Truncate(size); err != nil {
 		return fmt.Errorf("truncate spool %s: %w", sp.f.Name(), err)
+	} else {
+		// The truncation freed the blocks allocated past size.
+		sp.allocEnd = min(sp.allocEnd, size)
+		sp.allocFrom = min(sp.allocFrom, sp.allocEnd)
 	}
 	sp.size = size
 	return nil
