@@ -13,12 +13,15 @@ import (
 // goroutine of the spool's own, in order, so that the next WRITE request
 // is read while this one's bytes go into the page cache (issue 28: the
 // spool's pwrite was a third of each 1 MiB WRITE's time on the H200 host).
-// Whatever reads the spool file (the hashers, readers, the commit) or
-// writes it any other way waits for the writes queued before it
-// (landedAll, drain). A write that fails there is an error of the spool
-// from then on: every later write, fsync and close fails with it, and no
-// commit of the spool happens, so no reader is ever served the bytes that
-// did not land.
+// Only appended writes to a new file's spool are answered early, and only
+// into space allocated ahead (reserveAhead): a full disk then cuts a write
+// short before it is answered, as before, and what can still fail in the
+// background is an I/O error. Whatever reads the spool file (the hashers,
+// readers, the commit) or writes it any other way waits for the writes
+// queued before it (landed). A write that fails there is an error of the
+// spool from then on: every later write, read, fsync and close fails with
+// it, and no commit of the spool happens, so no reader is ever served the
+// bytes that did not land.
 type asyncWriter struct {
 	q         chan asyncJob
 	sub, land atomic.Int64
