@@ -74,6 +74,7 @@ func (in *ingest) place() error {
 	if in.adoptable() {
 		return in.adoptSpool()
 	}
+	var runs []copyRun
 	for i := 0; i < len(in.fresh); {
 		// Copy runs of chunks that are contiguous in the source at once,
 		// into one reserved range (another ingest may reserve between
@@ -92,8 +93,38 @@ func (in *ingest) place() error {
 			in.states[c.id].written, in.states[c.id].loc = true, blockstore.Loc{Pack: loc.Pack, Off: off, Len: c.n}
 			off += c.n
 		}
-		if err := app.CopyFrom(in.adopt, start, loc.Off, n); err != nil {
+		runs = append(runs, copyRun{app: app, srcOff: start, off: loc.Off, n: n})
+	}
+	return in.copyRuns(runs)
+}
+
+// copyRun is a run of new chunks, contiguous in the source, and the range
+// reserved for it.
+type copyRun struct {
+	app         *blockstore.Appender
+	srcOff, off int64
+	n           int64
+}
+
+// copyRuns copies the runs into their packs, starting each run's
+// writeback as soon as it is copied, so that the sync before the commit
+// waits for less (issue 28: 0.26–0.31 s → 0.03–0.13 s of a 4 GiB
+// snapshot's commit with 537 MB new), unless the journal carries the
+// bytes (chunkAll's hint). One at a time: copies into one pack serialize
+// on its inode's lock in the kernel, and eight at once burned eight cores
+// to copy no faster.
+func (in *ingest) copyRuns(runs []copyRun) error {
+	var total int64
+	for _, r := range runs {
+		total += r.n
+	}
+	hint := !in.s.inlines(total)
+	for _, r := range runs {
+		if err := r.app.CopyFrom(in.adopt, r.srcOff, r.off, r.n); err != nil {
 			return err
+		}
+		if hint {
+			r.app.StartWriteback(r.off, r.n)
 		}
 	}
 	return nil

@@ -274,10 +274,13 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	if in.keep != nil {
 		in.refs = mergeRefs(in.refs, in.keep)
 	}
+	var placed time.Duration // of chunked: placing new chunks
 	if in.adopt != nil {
+		tp := time.Now()
 		if err := in.place(); err != nil {
 			return nil, err
 		}
+		placed = time.Since(tp)
 	}
 	chunked := time.Since(t0)
 	if in.plan.kind == kindBlob {
@@ -303,7 +306,7 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 		fi, missing, err := in.commit()
 		if err == nil {
 			s.log.Debug("ingested", "path", fi.Path, "bytes", in.size, "kind", in.stats.Kind,
-				"new", in.stats.NewBytes, "reused", in.stats.ReusedBytes, "chunk", chunked,
+				"new", in.stats.NewBytes, "reused", in.stats.ReusedBytes, "chunk", chunked, "place", placed,
 				"sync", t1.Sub(t0)-chunked, "commit", time.Since(t1))
 			if in.stats.NewBytes > 0 {
 				s.KickEviction() // it may be over capacity now
