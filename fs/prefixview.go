@@ -315,8 +315,12 @@ type prefixReader struct {
 }
 
 func (r *prefixReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	pieces := r.v.Pieces(off, int64(len(dest)))
+	if res := r.splice(pieces); res != nil {
+		return res, 0
+	}
 	n := 0
-	for _, p := range r.v.Pieces(off, int64(len(dest))) {
+	for _, p := range pieces {
 		b := dest[n : n+int(p.Len)]
 		switch {
 		case p.Zero:
@@ -340,6 +344,36 @@ func (r *prefixReader) Read(ctx context.Context, dest []byte, off int64) (fuse.R
 		n += int(p.Len)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// splice answers a read that lies within one run of a stored file (the
+// original or one of its blocks: a trimmed view's row is a run of the
+// original's), as a whole file's read is answered: spliced from the packs,
+// without copying the bytes through the daemon (issue 28: the view read
+// cold at 2.6× the plain file's rows, its bytes copied chunk by chunk).
+// It returns nil when the read cannot be spliced; Read then copies. The
+// file read stays open until the handle's Release, which the kernel sends
+// only after the replies to its reads.
+func (r *prefixReader) splice(pieces []mlx.ViewPiece) fuse.ReadResult {
+	if len(pieces) != 1 || !r.src.blocks.fsys.splice {
+		return nil
+	}
+	p := pieces[0]
+	if p.Zero || p.Prefix {
+		return nil
+	}
+	r.mu.Lock()
+	src, _, err := r.src.OpenSource(p.Block)
+	r.mu.Unlock()
+	f, ok := src.(*store.File)
+	if err != nil || !ok || p.SrcOff+p.Len > f.Size() {
+		return nil
+	}
+	segs, ok := f.Segments(p.SrcOff, int(p.Len))
+	if !ok {
+		return nil
+	}
+	return spliceResult(segs, int(p.Len))
 }
 
 func (r *prefixReader) Release(ctx context.Context) syscall.Errno {
