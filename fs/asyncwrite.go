@@ -146,6 +146,13 @@ func (sp *spool) reserveAhead(off, end int64) bool {
 	if sp.noPrealloc {
 		return false
 	}
+	if end > sp.sizeLimit {
+		// Past the daemon's file size limit (RLIMIT_FSIZE), which an
+		// allocation that keeps the size does not check: the write would
+		// fail with EFBIG after it was answered. It lands first, and is
+		// cut short there.
+		return false
+	}
 	if off >= sp.allocFrom && end <= sp.allocEnd {
 		return true
 	}
@@ -158,9 +165,11 @@ func (sp *spool) reserveAhead(off, end int64) bool {
 		if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 			sp.noPrealloc = true // unsupported: do not ask again
 		}
-		// A failed allocation may have allocated part of the range: give
-		// it back, so that a nearly full disk keeps its room for the
-		// writes that land before they are answered.
+		// A failed allocation may have allocated part of the range (ext4
+		// keeps what it got before it ran out): give it back, so that a
+		// nearly full disk keeps its room for the writes that land before
+		// they are answered, and no pack keeps it if the spool becomes one.
+		sp.allocEnd = max(sp.allocEnd, to)
 		sp.dropAhead()
 		return false
 	}

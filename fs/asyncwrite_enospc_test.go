@@ -24,10 +24,18 @@ import (
 // and the allocation past the end is freed before a commit (dropAhead).
 func TestAsyncWriteFullDisk(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Fatal("needs root to mount a small tmpfs for the spool")
+		t.Fatal("needs root to mount a small filesystem for the spool")
 	}
+	// ext4 keeps what a failed allocation got before it ran out: that must
+	// not stay with the spool (and the pack it may become).
+	for _, kind := range []string{"tmpfs", "ext4"} {
+		t.Run(kind, func(t *testing.T) { testAsyncWriteFullDisk(t, kind) })
+	}
+}
+
+func testAsyncWriteFullDisk(t *testing.T, kind string) {
 	const C = 64 << 10
-	dir := testutil.SmallFS(t, "tmpfs", 8<<20)
+	dir := testutil.SmallFS(t, kind, 16<<20)
 	sp, err := newSpool(dir, nil, C, true, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +43,8 @@ func TestAsyncWriteFullDisk(t *testing.T) {
 	defer sp.close(true)
 	sp.allocStep = 256 << 10
 	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, bytes.Repeat([]byte{1}, 4<<20), 0o600); err != nil {
+	testutil.Fill(t, filler)
+	if err := os.Truncate(filler, fileSize(t, filler)-4<<20); err != nil {
 		t.Fatal(err)
 	}
 
@@ -68,6 +77,8 @@ func TestAsyncWriteFullDisk(t *testing.T) {
 	if !cut {
 		t.Fatal("the disk never filled")
 	}
+	sp.landed()
+	checkDisk(t, sp, "after the disk filled")
 	if early == 0 {
 		t.Fatal("no write was answered before it landed: the test proves nothing")
 	}
@@ -100,11 +111,89 @@ func TestAsyncWriteFullDisk(t *testing.T) {
 	}
 	sp.dropAhead()
 	check("after room was made")
+	checkDisk(t, sp, "after dropAhead")
+}
+
+// checkDisk fails unless the spool file holds no more disk than its size
+// (and a block of the extent tree's).
+func checkDisk(t *testing.T, sp *spool, stage string) {
+	t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(sp.f.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	if disk, limit := st.Blocks*512, (sp.size+4095)/4096*4096; disk > limit {
-		t.Fatalf("spool file holds %d bytes of disk for %d bytes after dropAhead", disk, sp.size)
+	if disk, limit := st.Blocks*512, (sp.size+4095)/4096*4096+4096; disk > limit {
+		t.Fatalf("%s: spool file holds %d bytes of disk for %d bytes", stage, disk, sp.size)
 	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// TestAsyncWriteSizeLimit: no write past the daemon's file size limit is
+// answered before it lands (an allocation that keeps the size does not
+// check the limit, and the write would fail with EFBIG after its answer).
+func TestAsyncWriteSizeLimit(t *testing.T) {
+	const C = 64 << 10
+	sp, err := newSpool(t.TempDir(), nil, C, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close(true)
+	sp.sizeLimit = 3 * C
+	b := bytes.Repeat([]byte{9}, 2*C)
+	if n, err := sp.write(b, 0); n != len(b) || err != nil {
+		t.Fatal(n, err)
+	}
+	a := sp.async.Load()
+	if a == nil {
+		t.Fatal("a write below the limit was not answered early")
+	}
+	sub := a.sub.Load()
+	if n, err := sp.write(b, 2*C); n != len(b) || err != nil {
+		t.Fatal(n, err)
+	}
+	if a.sub.Load() != sub {
+		t.Fatal("a write past the file size limit was answered before it landed")
+	}
+}
+
+// TestAsyncWriteFailedAllocation: an allocation ahead that fails for want
+// of space may have allocated part of its range (ext4 keeps what it got):
+// the spool gives it back, so the file holds no more disk than its bytes
+// (the spool may become a pack as it is, which would keep them for good)
+// and the disk's last free bytes stay free for other writers.
+func TestAsyncWriteFailedAllocation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to mount a small ext4 for the spool")
+	}
+	const C = 64 << 10
+	dir := testutil.SmallFS(t, "ext4", 16<<20)
+	filler := filepath.Join(dir, "filler")
+	testutil.Fill(t, filler)
+	if err := os.Truncate(filler, fileSize(t, filler)-4<<20); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := newSpool(dir, nil, C, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close(true)
+	sp.allocStep = 8 << 20 // more than the disk has left
+	b := bytes.Repeat([]byte{5}, 128<<10)
+	for off := int64(0); off < 1<<20; off += int64(len(b)) {
+		if n, err := sp.write(b, off); n != len(b) || err != nil {
+			t.Fatalf("write at %d: %d, %v", off, n, err)
+		}
+	}
+	if err := sp.landed(); err != nil {
+		t.Fatal(err)
+	}
+	checkDisk(t, sp, "after a failed allocation")
 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"math"
 	"os"
 	"syscall"
 )
@@ -20,4 +21,14 @@ func allocateAhead(f *os.File, off, n int64) error {
 			return err
 		}
 	}
+}
+
+// fileSizeLimit is the process's RLIMIT_FSIZE in bytes (math.MaxInt64 when
+// unlimited or unknown).
+func fileSizeLimit() int64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &rl); err != nil || rl.Cur >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(rl.Cur)
 }

@@ -111,6 +111,9 @@ type spool struct {
 	// allocStep is how far past a write the file is allocated
 	// (preallocStep; tests on small filesystems set less).
 	allocStep int64
+	// sizeLimit is the daemon's file size limit (RLIMIT_FSIZE): no write
+	// past it is answered early.
+	sizeLimit int64
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -148,7 +151,7 @@ func hashWorkers() int { return min(runtime.GOMAXPROCS(0), 8) }
 // when mem is set and base is small enough for it, else in a spool file
 // in dir.
 func newSpool(dir string, base *store.File, C int64, noHash bool, mem *memBudget) (*spool, error) {
-	sp := &spool{C: C, base: base, cells: map[int64]*cell{}, noHash: noHash, dir: dir, allocStep: preallocStep}
+	sp := &spool{C: C, base: base, cells: map[int64]*cell{}, noHash: noHash, dir: dir, allocStep: preallocStep, sizeLimit: fileSizeLimit()}
 	if mem != nil && (base == nil || base.Size() <= mem.each) {
 		sp.budget = mem
 		if base != nil {

@@ -47,7 +47,17 @@ func SmallFS(t testing.TB, kind string, size int64) string {
 		}
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		// A spool's file is closed by a goroutine of its own after the
+		// spool is dropped (fs/spool.go): the filesystem may be busy for
+		// a moment after the test.
+		var out []byte
+		var err error
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil || time.Now().After(end) {
+				break
+			}
+		}
+		if err != nil {
 			t.Errorf("umount %s: %v\n%s", dir, err, out)
 			exec.Command("umount", "-l", dir).Run()
 		}
