@@ -463,7 +463,7 @@ func (f *fileNode) commitLocked(ctx context.Context) syscall.Errno {
 	if err := f.sp.landed(); err != nil {
 		return f.fsys.errno("commit", err)
 	}
-	f.sp.dropAhead() // a spool adopted as a pack keeps no blocks past its end
+	f.sp.dropAhead()     // a spool adopted as a pack keeps no blocks past its end
 	ch := f.sp.changes() // waits for the hashes in flight
 	hashed := time.Now()
 	fi, st, err := f.fsys.s.CommitChanges(ctx, ino, ch, f.sp, opts)
@@ -594,6 +594,7 @@ type reader struct {
 	node  *fileNode
 	fixed *version
 	fsys  *FS
+	ahead readAhead
 }
 
 // version is one committed version of a file, open (pinned) in the store,
@@ -666,6 +667,7 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), sf.Size()-off)
 	r.fsys.Metrics.ReadRequests.Inc()
+	r.ahead.read(off, int(n), sf.Prefetch)
 	if r.fsys.splice {
 		if segs, ok := sf.Segments(off, int(n)); ok {
 			// spliceResult takes over segs, whether it splices or not.

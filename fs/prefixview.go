@@ -312,10 +312,14 @@ type prefixReader struct {
 	path string
 	mu   sync.Mutex // guards src's open blocks
 	src  *viewSource
+	// ahead prefetches the view's rows ahead of a sequential reader, in
+	// the view's own offsets: a row's prefix, not the rest of its row.
+	ahead readAhead
 }
 
 func (r *prefixReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	pieces := r.v.Pieces(off, int64(len(dest)))
+	r.ahead.read(off, len(dest), r.prefetch)
 	if res := r.splice(pieces); res != nil {
 		return res, 0
 	}
@@ -374,6 +378,21 @@ func (r *prefixReader) splice(pieces []mlx.ViewPiece) fuse.ReadResult {
 		return nil
 	}
 	return spliceResult(segs, int(p.Len))
+}
+
+// prefetch reads ahead the stored files under [off, off+n) of the view.
+func (r *prefixReader) prefetch(off, n int64) {
+	for _, p := range r.v.Pieces(off, n) {
+		if p.Zero || p.Prefix {
+			continue
+		}
+		r.mu.Lock()
+		src, _, err := r.src.OpenSource(p.Block)
+		r.mu.Unlock()
+		if f, ok := src.(*store.File); err == nil && ok {
+			f.Prefetch(p.SrcOff, p.Len)
+		}
+	}
 }
 
 func (r *prefixReader) Release(ctx context.Context) syscall.Errno {

@@ -25,7 +25,7 @@ func TestReadAtRuns(t *testing.T) {
 	for i := 5; i < 9; i++ { // chunks of "other": another pack's
 		copy(b[i*C:(i+1)*C], other[(i-3)*C:(i-2)*C])
 	}
-	clear(b[20*C : 23*C]) // a zero run
+	clear(b[20*C : 23*C])      // a zero run
 	for i := 30; i < 34; i++ { // "other"'s chunks in another order
 		copy(b[i*C:(i+1)*C], other[(40-i)*C:(41-i)*C])
 	}
