@@ -653,6 +653,16 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		f.mu.Unlock()
 	}
 	v := r.acquire()
+	r.ahead.read(off, len(dest), func(off, n int64) {
+		// Off the request's path: the kernel's readahead submits the
+		// reads, which takes a while for 8 MiB, and a reader faulting
+		// pages of a mapping in waits for this request.
+		v.refs.Add(1)
+		go func() {
+			v.f.Prefetch(off, n)
+			v.release()
+		}()
+	})
 	res, e := r.read(v.f, dest, off)
 	if e != 0 || res == nil {
 		v.release()
@@ -667,7 +677,6 @@ func (r *reader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (r *reader) read(sf *store.File, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := min(int64(len(dest)), sf.Size()-off)
 	r.fsys.Metrics.ReadRequests.Inc()
-	r.ahead.read(off, int(n), sf.Prefetch)
 	if r.fsys.splice {
 		if segs, ok := sf.Segments(off, int(n)); ok {
 			// spliceResult takes over segs, whether it splices or not.

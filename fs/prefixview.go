@@ -314,12 +314,20 @@ type prefixReader struct {
 	src  *viewSource
 	// ahead prefetches the view's rows ahead of a sequential reader, in
 	// the view's own offsets: a row's prefix, not the rest of its row.
-	ahead readAhead
+	ahead       readAhead
+	prefetching sync.WaitGroup
 }
 
 func (r *prefixReader) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	pieces := r.v.Pieces(off, int64(len(dest)))
-	r.ahead.read(off, len(dest), r.prefetch)
+	r.ahead.read(off, len(dest), func(off, n int64) {
+		// Off the request's path (as reader.Read); Release waits for it.
+		r.prefetching.Add(1)
+		go func() {
+			defer r.prefetching.Done()
+			r.prefetch(off, n)
+		}()
+	})
 	if res := r.splice(pieces); res != nil {
 		return res, 0
 	}
@@ -396,6 +404,7 @@ func (r *prefixReader) prefetch(off, n int64) {
 }
 
 func (r *prefixReader) Release(ctx context.Context) syscall.Errno {
+	r.prefetching.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.src.blocks.close()
