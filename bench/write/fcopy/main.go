@@ -1,17 +1,19 @@
 // Command fcopy copies files into a directory as dd bs=1M conv=fsync does
-// (1 MiB reads and writes, then one fsync), all of them at once, one
-// goroutine each, and prints how long the writes and the fsyncs took:
+// (1 MiB reads and writes, then one fsync; -bs sets another size), all of
+// them at once, one goroutine each, and prints how long the writes and the
+// fsyncs took:
 // bench/write's copier, which splits dd's one number in two, so that a
 // slow row shows whether the bytes' way in (for kvfs: FUSE WRITEs into the
 // spool) or the commit at fsync is the cost.
 //
-//	fcopy DIR SRC...
+//	fcopy [-bs BYTES] DIR SRC...
 //
 // It prints one line: the seconds until the last write returned, until
 // the last fsync returned (from the start, so the total), and the bytes.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,11 +23,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: fcopy DIR SRC...")
+	bs := flag.Int("bs", 1<<20, "bytes per read and write")
+	flag.Parse()
+	if flag.NArg() < 2 || *bs <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: fcopy [-bs BYTES] DIR SRC...")
 		os.Exit(2)
 	}
-	dir, srcs := os.Args[1], os.Args[2:]
+	dir, srcs := flag.Arg(0), flag.Args()[1:]
 	t0 := time.Now()
 	var mu sync.Mutex
 	var wrote, synced time.Duration
@@ -36,7 +40,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, s, n, err := copyFile(src, filepath.Join(dir, filepath.Base(src)), t0)
+			w, s, n, err := copyFile(src, filepath.Join(dir, filepath.Base(src)), t0, *bs)
 			if err != nil {
 				errs <- err
 				return
@@ -57,7 +61,7 @@ func main() {
 
 // copyFile copies src to dst and returns when, from t0, its last write and
 // its fsync returned.
-func copyFile(src, dst string, t0 time.Time) (wrote, synced time.Duration, n int64, err error) {
+func copyFile(src, dst string, t0 time.Time, bs int) (wrote, synced time.Duration, n int64, err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, 0, 0, err
@@ -68,7 +72,7 @@ func copyFile(src, dst string, t0 time.Time) (wrote, synced time.Duration, n int
 		return 0, 0, 0, err
 	}
 	defer out.Close()
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, bs)
 	for {
 		m, rerr := io.ReadFull(in, buf)
 		if m > 0 {
