@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,12 +148,29 @@ func TestEvictKeepsSeen(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	opts.DryRun = false
-	st, err := a.Collect(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
+	var names int
+	var st pool.CollectStats
+	for try := 0; ; try++ {
+		var err error
+		st, err = a.Collect(ctx, opts)
+		if err != nil && strings.Contains(err.Error(), "stopped deleting") && try < 5 {
+			// The collector stops deleting when its lease (2 s here)
+			// has less than half its time left: the safe answer to a
+			// late keepalive on a loaded machine. It goes on where it
+			// stopped.
+			t.Logf("collect %d: %v", try, err)
+			names += st.Evict.Names
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names += st.Evict.Names
+		break
 	}
-	if e := st.Evict; e.Names != 1 || e.Recent != 1 {
-		t.Fatalf("evict: %+v, want the unseen name evicted and the seen one kept", e)
+	if e := st.Evict; names != 1 || e.Recent != 1 {
+		t.Fatalf("evict: %+v (%d names in all), want the unseen name evicted and the seen one kept", e, names)
 	}
 	if _, err := a.Stat(ctx, "blocks/seen"); err != nil {
 		t.Fatalf("the name seen was evicted: %v", err)
