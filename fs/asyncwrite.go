@@ -42,6 +42,44 @@ type asyncJob struct {
 // asyncQueue bounds the writes in flight for one file (their buffers).
 const asyncQueue = 16
 
+// asyncTotal bounds the bytes answered early and not landed yet across
+// the daemon's files: each such write holds its bytes in a buffer until it
+// lands, and a hundred writers at once would otherwise hold 1.6 GiB. A
+// write that finds no room lands before it is answered.
+const asyncTotal = 256 << 20
+
+// asyncBudget is what is left of asyncTotal (nil: no bound, for tests).
+type asyncBudget struct{ left atomic.Int64 }
+
+func newAsyncBudget(n int64) *asyncBudget {
+	b := &asyncBudget{}
+	b.left.Store(n)
+	return b
+}
+
+// take reserves n bytes of the budget, if there is room.
+func (b *asyncBudget) take(n int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		l := b.left.Load()
+		if l < n {
+			return false
+		}
+		if b.left.CompareAndSwap(l, l-n) {
+			return true
+		}
+	}
+}
+
+// give returns n bytes taken.
+func (b *asyncBudget) give(n int64) {
+	if b != nil {
+		b.left.Add(n)
+	}
+}
+
 // asyncMin is the smallest write answered before it lands.
 const asyncMin = 64 << 10
 
@@ -67,6 +105,7 @@ func (sp *spool) asyncRun(a *asyncWriter) {
 				a.mu.Unlock()
 			}
 		}
+		sp.asyncMem.give(int64(len(j.buf)))
 		if b := j.buf[:cap(j.buf)]; len(b) == requestBytes {
 			a.bufs.Put(&b)
 		}

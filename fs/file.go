@@ -354,6 +354,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		}
 		return f.fsys.errno("start spool", err)
 	}
+	sp.asyncMem = f.fsys.asyncMem
 	if !f.fsys.noWriteHash {
 		sp.stored = f.fsys.s.HasChunk
 	}

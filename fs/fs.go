@@ -92,6 +92,9 @@ type FS struct {
 	noWriteHash bool
 	// memSpools bounds the spools held in memory (memspool.go).
 	memSpools *memBudget
+	// asyncMem bounds the bytes of writes answered before they landed
+	// (fs/asyncwrite.go), across the daemon's files.
+	asyncMem *asyncBudget
 	// killpriv says the kernel leaves clearing set-ID bits to the daemon
 	// (FUSE_HANDLE_KILLPRIV_V2 negotiated; see killPrivs).
 	killpriv bool
@@ -161,6 +164,7 @@ func Mount(mnt string, s *store.Store, opts Options) (*Server, error) {
 	if !opts.NoMemSpool {
 		fsys.memSpools = newMemBudget(memSpoolMax, memSpoolTotal)
 	}
+	fsys.asyncMem = newAsyncBudget(asyncTotal)
 	fsys.splice = canSplice
 	fsys.killpriv = killprivCap != 0 && !opts.NoKillpriv
 	fsys.notify = hostPlatform().notify

@@ -114,6 +114,9 @@ type spool struct {
 	// sizeLimit is the daemon's file size limit (RLIMIT_FSIZE): no write
 	// past it is answered early.
 	sizeLimit int64
+	// asyncMem is the daemon's budget of bytes answered early and not
+	// landed yet (nil: unbounded).
+	asyncMem *asyncBudget
 }
 
 // cell is a dirty cell. A write that reaches the end of a cell (the engine
@@ -249,7 +252,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
-	fast := !sp.inMem() && sp.base == nil && off >= sp.size && (len(data) >= asyncMin || sp.asyncBusy()) && sp.reserveAhead(off, end)
+	fast := !sp.inMem() && sp.base == nil && off >= sp.size && (len(data) >= asyncMin || sp.asyncBusy()) && sp.reserveAhead(off, end) && sp.asyncMem.take(int64(len(data)))
 	if !fast {
 		if err := sp.landed(); err != nil {
 			return 0, err
