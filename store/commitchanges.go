@@ -129,7 +129,10 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	// A blob is chunked on the grid, as a plain file is; only its name
 	// needs the whole content, and the writer hashed that already.
 	blob := inBlocksDir(comps) && ch.Keep == 0 && ch.BlobSummed
-	if !blob && (wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C)) {
+	// A new content that is a snapshot or a llama.cpp state file, whatever
+	// its name, is chunked by its rows.
+	if !blob && (wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C) ||
+		ch.Keep == 0 && !inBlocksDir(comps) && sniff(ch.spoolSource(), ch.Size) != kindPlain) {
 		if ch.Keep == 0 {
 			return s.commitIno(ctx, ino, ch.spoolSource(), ch.Size, opts, ch.Pieces)
 		}

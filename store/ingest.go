@@ -35,7 +35,7 @@ type PutOptions struct {
 
 // PutStats says what an ingest stored.
 type PutStats struct {
-	Kind         string // "mlxkv", "blob" or "plain"
+	Kind         string // "mlxkv", "llama", "blob" or "plain"
 	Note         string // why a .mlxkv was stored as plain
 	Chunks       int    // chunk extents in the manifest
 	NewChunks    int    // chunks appended to packs
@@ -520,8 +520,10 @@ func (in *ingest) commit() (*FileInfo, []blockstore.ID, error) {
 			if err := tx.AddSnapshot(n.Layout, ino, in.plan.tokens); err != nil {
 				return err
 			}
-			if err := tx.AddPrefix(ino, in.plan.prefix); err != nil {
-				return err
+			if in.plan.prefix != nil {
+				if err := tx.AddPrefix(ino, in.plan.prefix); err != nil {
+					return err
+				}
 			}
 		}
 		if n.Blob != "" {

@@ -94,7 +94,7 @@ func (s *Store) SnapshotPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 		return nil, errors.New("a format-5 manifest is not chunked by rows")
 	}
 	plan := &PiecePlan{c: s.chunkSize, headerEnd: mlx.PrefixLen + int64(p.HeaderLen), i: -1,
-		parent: s.findParent(snap, layoutKey(snap))}
+		parent: s.findParent(layoutKey(snap), snap.Header.Tokens, snapshotRows)}
 	for i, sl := range rowsOf(snap) {
 		if sl.rows > 0 && sl.rowBytes >= minPiece {
 			plan.slots = append(plan.slots, planSlot{sl, i})

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kvfs/kvfs/blockstore"
+	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/mlx"
 )
@@ -40,6 +42,7 @@ type parentChunk struct {
 // Kinds of content, recorded in manifest.Inode.Kind.
 const (
 	kindMLXKV = "mlxkv"
+	kindLlama = "llama" // a llama.cpp state file (llamastate)
 	kindBlob  = "blob"
 	kindPlain = "plain"
 )
@@ -93,16 +96,51 @@ func (s *Store) parseSnapshot(src io.ReaderAt, size int64, name string) (*mlx.Sn
 	return snap, nil
 }
 
-// planFor decides how to chunk src. A .mlxkv that fails to parse is stored
-// as a plain file, with the reason noted and logged: ingest never fails
+// sniffLen is how many leading bytes tell the formats apart.
+const sniffLen = 16
+
+// sniff returns the kind of content src starts with: kindMLXKV (the
+// engine's magic), kindLlama (a llama.cpp state file's), or kindPlain.
+// Engines name cache files as their users choose, so the bytes decide,
+// not the name (issue 29).
+func sniff(src io.ReaderAt, size int64) string {
+	var b [sniffLen]byte
+	n, _ := src.ReadAt(b[:min(size, sniffLen)], 0)
+	switch {
+	case bytes.HasPrefix(b[:n], []byte(mlx.Magic)):
+		return kindMLXKV
+	case llamastate.Sniff(b[:n]):
+		return kindLlama
+	}
+	return kindPlain
+}
+
+// planFor decides how to chunk src. A snapshot (by its name or its
+// bytes) or a llama.cpp state file that fails to parse is stored as a
+// plain file, with the reason noted and logged: ingest never fails
 // because of what a file contains.
 func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 	name := comps[len(comps)-1]
 	p := &plan{kind: kindPlain}
+	kind := sniff(src, size)
 	switch {
 	case inBlocksDir(comps):
 		p.kind = kindBlob
-	case strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
+	case kind == kindLlama:
+		f, err := llamastate.Parse(src, size, path.Join(comps...))
+		if err != nil {
+			p.note = err.Error()
+			s.log.Info("storing a llama.cpp state file as a plain file", "path", path.Join(comps...), "reason", err)
+			break
+		}
+		p.kind, p.tokens, p.layout = kindLlama, f.Tokens, f.Key()
+		parent := s.findParent(p.layout, f.Tokens, llamaRows)
+		if parent != nil {
+			p.parentIno = parent.ino
+		}
+		p.regions = rowRegions(f.DataStart(), llamaSlots(f), size, parent)
+		return p
+	case kind == kindMLXKV || strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
 		snap, err := s.parseSnapshot(src, size, path.Join(comps...))
 		if err != nil {
 			p.note = err.Error()
@@ -114,7 +152,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		p.layout = layoutKey(snap)
 		p.prefix = prefixRecord(snap.Header)
 		if !snap.Blocks() {
-			parent := s.findParent(snap, p.layout)
+			parent := s.findParent(p.layout, snap.Header.Tokens, snapshotRows)
 			if parent != nil {
 				p.parentIno = parent.ino
 			}
@@ -133,6 +171,46 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 	}
 	p.regions = cutEvery(0, size)
 	return p
+}
+
+// minRunBytes is the shortest row of a llama.cpp file cut on its own: a
+// transposed V block is a run per channel of 2 bytes a token, and below
+// this a layer's runs are cut as one region rather than as many tiny
+// chunks.
+const minRunBytes = 256
+
+// llamaSlots returns a llama.cpp state file's blocks as rows: a
+// token-major block is one row that grows at its end; a transposed V
+// block is a row per channel, unless those are shorter than minRunBytes.
+func llamaSlots(f *llamastate.File) []slotRows {
+	var out []slotRows
+	for _, b := range f.Blocks() {
+		sl := slotRows{off: b.Off, rows: b.Rows, rowBytes: b.RowBytes}
+		if sl.rows > 1 && sl.rowBytes < minRunBytes {
+			sl.rows, sl.rowBytes = 1, b.Rows*b.RowBytes
+		}
+		out = append(out, sl)
+	}
+	return out
+}
+
+// llamaRows parses a committed llama.cpp state file's rows, for a child
+// that reuses them.
+func llamaRows(src io.ReaderAt, size int64) (string, []slotRows, error) {
+	f, err := llamastate.Parse(src, size, "parent")
+	if err != nil {
+		return "", nil, err
+	}
+	return f.Key(), llamaSlots(f), nil
+}
+
+// snapshotRows parses a committed snapshot's rows.
+func snapshotRows(src io.ReaderAt, size int64) (string, []slotRows, error) {
+	ps, err := mlx.Parse(src, size, "parent")
+	if err != nil {
+		return "", nil, err
+	}
+	return layoutKey(ps), rowsOf(ps), nil
 }
 
 // layoutKey identifies snapshots whose rows correspond: same model,
@@ -187,9 +265,15 @@ func rowsOf(s *mlx.Snapshot) []slotRows {
 // padding and gaps, and every tensor row, with parent chunks where a parent
 // exists.
 func snapshotRegions(snap *mlx.Snapshot, parent *parentSnap) []region {
-	slots := rowsOf(snap)
+	return rowRegions(int64(mlx.PrefixLen)+int64(snap.Prefix.HeaderLen), rowsOf(snap), snap.Size, parent)
+}
+
+// rowRegions tiles a file of rows: [0, headerEnd) cut every C, then every
+// row of every slot (by offset), with its parent's chunks where a parent
+// exists, and what lies between and after the rows as zero regions (a
+// whole-layout snapshot's padding; a llama.cpp file's per-block headers).
+func rowRegions(headerEnd int64, slots []slotRows, size int64, parent *parentSnap) []region {
 	var out []region
-	headerEnd := int64(mlx.PrefixLen) + int64(snap.Prefix.HeaderLen)
 	out = append(out, cutEvery(0, headerEnd)...)
 	cursor := headerEnd
 	order := make([]int, len(slots))
@@ -214,8 +298,8 @@ func snapshotRegions(snap *mlx.Snapshot, parent *parentSnap) []region {
 		}
 		cursor = sl.off + sl.rows*sl.rowBytes
 	}
-	if snap.Size > cursor {
-		out = append(out, region{off: cursor, n: snap.Size - cursor, zero: true})
+	if size > cursor {
+		out = append(out, region{off: cursor, n: size - cursor, zero: true})
 	}
 	return out
 }
@@ -250,10 +334,9 @@ func (p *parentSnap) row(i int, r int64) []parentChunk {
 	return out
 }
 
-// findParent returns the committed snapshot of the same layout with the
-// longest common token prefix, or nil.
-func (s *Store) findParent(snap *mlx.Snapshot, key string) *parentSnap {
-	tokens := snap.Header.Tokens
+// findParent returns the committed file of layout key with the longest
+// common token prefix with tokens, its rows read by rows, or nil.
+func (s *Store) findParent(key string, tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error)) *parentSnap {
 	var best uint64
 	bestLen := 0
 	s.db.View(func(tx *manifest.Tx) error {
@@ -277,11 +360,11 @@ func (s *Store) findParent(snap *mlx.Snapshot, key string) *parentSnap {
 		return nil
 	}
 	defer f.Close()
-	ps, err := mlx.Parse(f, f.Size(), "parent")
-	if err != nil || layoutKey(ps) != key {
+	pkey, slots, err := rows(f, f.Size())
+	if err != nil || pkey != key {
 		return nil
 	}
-	p := &parentSnap{ino: best, slots: rowsOf(ps), m: f.m}
+	p := &parentSnap{ino: best, slots: slots, m: f.m}
 	var off int64
 	for _, e := range f.m {
 		p.starts = append(p.starts, off)
