@@ -13,9 +13,9 @@ import (
 
 // Magics and versions of the formats Parse reads (llama.h).
 const (
-	MagicSeq      = 0x67677371 // "ggsq": a sequence's state
-	VersionSeq    = 3
-	MagicSession  = 0x6767736e // "ggsn": a whole context's session
+	MagicSeq       = 0x67677371 // "ggsq": a sequence's state
+	VersionSeq     = 3
+	MagicSession   = 0x6767736e // "ggsn": a whole context's session
 	VersionSession = 10
 )
 
