@@ -1,0 +1,59 @@
+//go:build linux
+
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvfs/kvfs/llamastate/llamastatetest"
+	"github.com/kvfs/kvfs/store"
+)
+
+// TestLlamaStateThroughMount: llama.cpp state files written into the
+// mount under names of the user's choosing (cp, and dd with odd-sized
+// writes) are recognised by their bytes and dedup by rows (issue 29:
+// 1.00× with fixed chunks), read back exact through the mount and after
+// a remount, and leave a clean store.
+func TestLlamaStateThroughMount(t *testing.T) {
+	m := newMount(t)
+	spec := llamastatetest.Spec{Layers: 4, KRow: 256, VEl: 2, VChannels: 128}
+	files, ideal := llamastatetest.Series(spec)
+	src := t.TempDir()
+	sh(t, "mkdir -p "+m.path("slots"))
+	for i, f := range files {
+		p := filepath.Join(src, fmt.Sprintf("s%d", i))
+		if err := os.WriteFile(p, f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dst := m.path(fmt.Sprintf("slots/conversation %d.state", i))
+		if i%2 == 0 {
+			sh(t, fmt.Sprintf("cp %s '%s'", p, dst))
+		} else {
+			sh(t, fmt.Sprintf("dd if=%s of='%s' bs=4093 conv=fsync status=none", p, dst))
+		}
+	}
+	var st store.Stats
+	b, err := os.ReadFile(m.path(".kvfs/stats"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("stats: %v %s", err, b)
+	}
+	ratio := float64(st.StoredBytes) / float64(ideal)
+	t.Logf("stored %d bytes of %d, ideal %d: %.3f× the ideal", st.StoredBytes, st.LogicalBytes, ideal, ratio)
+	if ratio > 1.5 {
+		t.Fatalf("stored %.2f× the ideal through the mount", ratio)
+	}
+	verify := func() {
+		for i := range files {
+			sh(t, fmt.Sprintf("cmp %s '%s'", filepath.Join(src, fmt.Sprintf("s%d", i)), m.path(fmt.Sprintf("slots/conversation %d.state", i))))
+		}
+	}
+	verify()
+	kvfs(t, "unmount", m.mnt)
+	m.check(t)
+	m.start(t)
+	verify()
+}
