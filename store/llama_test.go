@@ -3,10 +3,12 @@ package store_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/llamastate/llamastatetest"
+	"github.com/kvfs/kvfs/safetensors/safetensorstest"
 	"github.com/kvfs/kvfs/store/storetest"
 )
 
@@ -72,5 +74,57 @@ func TestLlamaBadStateStoredPlain(t *testing.T) {
 	}
 	if !bytes.Equal(get(t, s, "x.bin"), f) {
 		t.Fatal("reads back wrong")
+	}
+}
+
+// TestPromptCacheSeriesDedup: mlx-lm prompt caches (safetensors, one
+// [B, H, T, D] tensor per layer for keys and values, their data in an
+// order of their own) of a growing conversation and of a second sharing
+// its first 2000 tokens store within 1.1× the ideal (issue 29): each
+// token's vectors once, plus each file's header.
+func TestPromptCacheSeriesDedup(t *testing.T) {
+	s := storetest.New(t, storetest.Options{})
+	spec := safetensorstest.Spec{Layers: 4, Heads: 2, HeadDim: 64}
+	r := rand.New(rand.NewPCG(29, 2))
+	a := make([]uint32, 3100)
+	for i := range a {
+		a[i] = r.Uint32N(32000)
+	}
+	b := append(append([]uint32(nil), a[:2000]...), a[2500:]...)
+	var seqs [][]uint32
+	for n := 400; n <= len(a); n += 300 {
+		seqs = append(seqs, a[:n])
+	}
+	seqs = append(seqs, b[:2300], b[:2600])
+	perToken := int64(spec.Layers * 2 * spec.Heads * spec.HeadDim * 2)
+	ideal := int64(len(a)+600) * perToken
+	var logical int64
+	var files [][]byte
+	for i, tk := range seqs {
+		f := safetensorstest.PromptCache(spec, tk)
+		files = append(files, f)
+		logical += int64(len(f))
+		ideal += int64(len(f)) - int64(len(tk))*perToken
+		st := put(t, s, fmt.Sprintf("cache/prompt-%d.safetensors", i), f)
+		if st.Kind != "safetensors" {
+			t.Fatalf("file %d stored as %q (%s)", i, st.Kind, st.Note)
+		}
+		if i > 0 && i != 10 && st.Parent == 0 {
+			t.Fatalf("file %d: no parent found", i)
+		}
+	}
+	for i, f := range files {
+		if !bytes.Equal(get(t, s, fmt.Sprintf("cache/prompt-%d.safetensors", i)), f) {
+			t.Fatalf("file %d reads back wrong", i)
+		}
+	}
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio := float64(st.StoredBytes) / float64(ideal)
+	t.Logf("%d files, %d bytes; stored %d, ideal %d: %.3f× the ideal, %.2f× dedup", len(files), logical, st.StoredBytes, ideal, ratio, float64(logical)/float64(st.StoredBytes))
+	if ratio > 1.1 {
+		t.Fatalf("stored %.3f× the ideal, want at most 1.1×", ratio)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash/crc32"
 	"io"
 	"path"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/safetensors"
 )
 
 // A region is a run of the source that is chunked as one unit.
@@ -42,7 +44,8 @@ type parentChunk struct {
 // Kinds of content, recorded in manifest.Inode.Kind.
 const (
 	kindMLXKV = "mlxkv"
-	kindLlama = "llama" // a llama.cpp state file (llamastate)
+	kindLlama = "llama"       // a llama.cpp state file (llamastate)
+	kindST    = "safetensors" // a safetensors file: mlx-lm's prompt caches
 	kindBlob  = "blob"
 	kindPlain = "plain"
 )
@@ -100,7 +103,8 @@ func (s *Store) parseSnapshot(src io.ReaderAt, size int64, name string) (*mlx.Sn
 const sniffLen = 16
 
 // sniff returns the kind of content src starts with: kindMLXKV (the
-// engine's magic), kindLlama (a llama.cpp state file's), or kindPlain.
+// engine's magic), kindLlama (a llama.cpp state file's), kindST (a
+// safetensors header), or kindPlain.
 // Engines name cache files as their users choose, so the bytes decide,
 // not the name (issue 29).
 func sniff(src io.ReaderAt, size int64) string {
@@ -111,6 +115,8 @@ func sniff(src io.ReaderAt, size int64) string {
 		return kindMLXKV
 	case llamastate.Sniff(b[:n]):
 		return kindLlama
+	case safetensors.Sniff(b[:n], size):
+		return kindST
 	}
 	return kindPlain
 }
@@ -139,6 +145,21 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 			p.parentIno = parent.ino
 		}
 		p.regions = rowRegions(f.DataStart(), llamaSlots(f), size, parent)
+		return p
+	case kind == kindST:
+		f, err := safetensors.Parse(src, size, path.Join(comps...))
+		if err != nil {
+			p.note = err.Error()
+			s.log.Info("storing a safetensors file as a plain file", "path", path.Join(comps...), "reason", err)
+			break
+		}
+		p.kind, p.layout = kindST, stKey(f)
+		p.tokens = stTokens(src, f)
+		parent := s.findParent(p.layout, p.tokens, stRows)
+		if parent != nil {
+			p.parentIno = parent.ino
+		}
+		p.regions = rowRegions(f.DataStart(), stSlots(f), size, parent)
 		return p
 	case kind == kindMLXKV || strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
 		snap, err := s.parseSnapshot(src, size, path.Join(comps...))
@@ -202,6 +223,101 @@ func llamaRows(src io.ReaderAt, size int64) (string, []slotRows, error) {
 		return "", nil, err
 	}
 	return f.Key(), llamaSlots(f), nil
+}
+
+// stSlots returns a safetensors file's tensors as rows: the product of
+// the last two dimensions (a [B, H, T, D] cache tensor's rows are T×D,
+// one per batch and head), or the whole tensor below rank 2.
+func stSlots(f *safetensors.File) []slotRows {
+	var out []slotRows
+	for _, t := range f.Tensors {
+		sl := slotRows{off: t.Off, rows: 1, rowBytes: t.End - t.Off}
+		if k := len(t.Shape); k >= 2 && sl.rowBytes > 0 {
+			sl.rowBytes = t.Shape[k-2] * t.Shape[k-1] * int64(t.ElemSize())
+			sl.rows = (t.End - t.Off) / sl.rowBytes
+		}
+		if sl.rowBytes == 0 {
+			sl.rows = 0
+		}
+		out = append(out, sl)
+	}
+	return out
+}
+
+// stKey identifies safetensors files whose rows correspond: the same
+// tensors (by name), dtypes and shapes but for the token dimension (the
+// second to last), and the same metadata keys.
+func stKey(f *safetensors.File) string {
+	h := sha256.New()
+	w := func(str string) { h.Write(binary.AppendUvarint(nil, uint64(len(str)))); h.Write([]byte(str)) }
+	ts := append([]safetensors.Tensor(nil), f.Tensors...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	for _, t := range ts {
+		w(t.Name)
+		w(t.DType)
+		for i, d := range t.Shape {
+			if i == len(t.Shape)-2 {
+				d = -1
+			}
+			h.Write(binary.AppendVarint(nil, d))
+		}
+	}
+	keys := make([]string, 0, len(f.Metadata))
+	for k := range f.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w(k)
+	}
+	return "st:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// maxSTTokens bounds the token dimension stTokens reads.
+const maxSTTokens = 1 << 22
+
+// stTokens stands in for the tokens a safetensors cache does not record:
+// a checksum of each token's vector in the first row of the first tensor
+// by name ("0.0", layer 0's keys, batch 0, head 0, in mlx-lm's file). Two
+// caches of one model share a prefix of these exactly as far as they
+// share a prefix of tokens (but for a checksum collision, which only
+// makes a parent whose rows are then not reused), so the parent is found
+// as for a snapshot: the longest common prefix.
+func stTokens(src io.ReaderAt, f *safetensors.File) []uint32 {
+	var first *safetensors.Tensor
+	for i := range f.Tensors {
+		if t := &f.Tensors[i]; len(t.Shape) >= 2 && (first == nil || t.Name < first.Name) {
+			first = t
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	k := len(first.Shape)
+	n, width := first.Shape[k-2], first.Shape[k-1]*int64(first.ElemSize())
+	if n <= 0 || width <= 0 || n > maxSTTokens {
+		return nil
+	}
+	row := make([]byte, n*width)
+	if _, err := src.ReadAt(row, first.Off); err != nil {
+		return nil
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = crc32.Checksum(row[int64(i)*width:int64(i+1)*width], castagnoli)
+	}
+	return out
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// stRows parses a committed safetensors file's rows.
+func stRows(src io.ReaderAt, size int64) (string, []slotRows, error) {
+	f, err := safetensors.Parse(src, size, "parent")
+	if err != nil {
+		return "", nil, err
+	}
+	return stKey(f), stSlots(f), nil
 }
 
 // snapshotRows parses a committed snapshot's rows.
