@@ -80,9 +80,9 @@ func TestParseRefuses(t *testing.T) {
 		"past the end":  header(`{"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}}`, 4),
 		"overlap": header(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},`+
 			`"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}`, 8),
-		"negative dim":  header(`{"a":{"dtype":"U8","shape":[-4],"data_offsets":[0,0]}}`, 0),
-		"overflow":      header(`{"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,0]}}`, 0),
-		"bad metadata":  header(`{"__metadata__":{"a":1}}`, 0),
+		"negative dim": header(`{"a":{"dtype":"U8","shape":[-4],"data_offsets":[0,0]}}`, 0),
+		"overflow":     header(`{"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,0]}}`, 0),
+		"bad metadata": header(`{"__metadata__":{"a":1}}`, 0),
 	}
 	for name, b := range cases {
 		if f, err := safetensors.Parse(bytes.NewReader(b), int64(len(b)), name); err == nil {

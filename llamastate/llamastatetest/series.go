@@ -34,4 +34,3 @@ func Series(s Spec) (files [][]byte, ideal int64) {
 	}
 	return files, ideal
 }
-

@@ -9,7 +9,8 @@
 //       each turn saved with LlamaContextSequence.saveStateToFile
 //       (llama_state_seq_save_file) into every DIR as conv-NN.state;
 //       FA: flash attention "on" or "off" (then llama.cpp stores V
-//       transposed). Prints one JSON line per file.
+//       transposed). Prints one JSON line per file, with the
+//       milliseconds each save took, with an fsync after it, per DIR.
 //   node driver.mjs continue MODEL FA FILE...
 //       loads each FILE into a fresh sequence (loadStateFromFile), then
 //       evaluates 4 fixed tokens and generates 8 greedily; prints, per
@@ -18,6 +19,7 @@
 import { writeModel } from "./gguf.mjs";
 import { getLlama } from "node-llama-cpp";
 import { join } from "node:path";
+import { openSync, fsyncSync, closeSync } from "node:fs";
 
 function rng(seed) {
     let a = seed >>> 0;
@@ -66,6 +68,9 @@ if (cmd === "model") {
         for (const d of dirs) {
             const t0 = performance.now();
             const { fileSize } = await seq.saveStateToFile(join(d, name));
+            const fd = openSync(join(d, name), "r");
+            fsyncSync(fd); // durable, as a plain directory's copy is only after an fsync
+            closeSync(fd);
             out.ms[d] = performance.now() - t0;
             out.size = fileSize;
         }
