@@ -347,7 +347,14 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		}
 	}
 	snapshot, blob := f.chunkedWhole()
-	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), f.fsys.noWriteHash || snapshot, f.fsys.memSpools)
+	// A new file's cells are hashed as they are written only where the
+	// commit cuts it on their grid: a blob. A snapshot is cut by its rows
+	// (its pieces are hashed instead), and a store that cuts other files
+	// by their content (store.CutsByContent) cuts a new one where its
+	// bytes say, so those sums were work done twice.
+	fresh := base == nil || base.Size() == 0
+	noHash := f.fsys.noWriteHash || snapshot || fresh && !blob && f.fsys.s.CutsByContent()
+	sp, err := newSpool(f.fsys.spool, base, f.fsys.s.ChunkSize(), noHash, f.fsys.memSpools)
 	if err != nil {
 		if base != nil {
 			base.Close()
@@ -363,7 +370,11 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 		case blob:
 			sp.trackWhole()
 		case snapshot:
-			sp.trackPieces(f.fsys.s.SnapshotPieces)
+			sp.trackPieces(f.fsys.s.SnapshotPieces, nil)
+		case f.fsys.s.CutsByContent():
+			// Whatever its name: a snapshot by its magic, anything the
+			// store parses no format of by its content.
+			sp.trackPieces(f.fsys.s.ContentPieces, f.fsys.s.CutSegment)
 		}
 	}
 	f.sp = sp

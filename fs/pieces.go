@@ -50,6 +50,10 @@ type pieceHasher struct {
 	// wroteNew, when set, is told of each piece hashed (spool.wroteNew).
 	wroteNew func(off, n int64, sum blockstore.ID)
 	C        int64
+	// cut, for a plan of segments (a file cut by its content), cuts a
+	// segment into the chunks to hash (Store.CutSegment); cutter is the
+	// store's, set on the plan's goroutine before the hashers start.
+	cut, cutter func(data []byte, off int64) []store.Piece
 }
 
 // pieceQueue is how many written pieces may wait to be hashed (256 MiB
@@ -63,8 +67,8 @@ const pieceQueue = 4096
 // trackPieces makes the spool of a new snapshot hash its chunks as they
 // are written; plan makes the store's plan from the bytes written so far
 // (Store.SnapshotPieces). Called before the first write.
-func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error)) {
-	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1}
+func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error), cutter func([]byte, int64) []store.Piece) {
+	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1, cutter: cutter}
 	if sp.stored != nil {
 		sp.pieces.wroteNew = sp.wroteNew
 	}
@@ -105,6 +109,9 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 			return
 		}
 		h.p = p
+		if p.Segments() {
+			h.cut = h.cutter
+		}
 	}
 	for {
 		off, n, ok := h.p.Next(h.inOrder)
@@ -144,20 +151,26 @@ func (h *pieceHasher) truncated(size int64) {
 	}
 }
 
-// run hashes queued pieces.
+// run hashes queued pieces; a segment, it cuts first (h.cut).
 func (h *pieceHasher) run(q <-chan store.Piece) {
-	buf := make([]byte, h.C)
+	var buf []byte
 	for p := range q {
 		if int64(len(buf)) < p.N {
-			buf = make([]byte, p.N)
+			buf = make([]byte, max(p.N, h.C))
 		}
 		if b := buf[:p.N]; h.read(b, p.Off) {
-			p.Sum, p.Summed = blockstore.Sum(b), true
-			h.mu.Lock()
-			h.summed = append(h.summed, p)
-			h.mu.Unlock()
-			if h.wroteNew != nil {
-				h.wroteNew(p.Off, p.N, p.Sum)
+			pieces := []store.Piece{p}
+			if h.cut != nil {
+				pieces = h.cut(b, p.Off)
+			}
+			for _, c := range pieces {
+				c.Sum, c.Summed = blockstore.Sum(b[c.Off-p.Off:][:c.N]), true
+				h.mu.Lock()
+				h.summed = append(h.summed, c)
+				h.mu.Unlock()
+				if h.wroteNew != nil {
+					h.wroteNew(c.Off, c.N, c.Sum)
+				}
 			}
 		}
 		h.done.Done()

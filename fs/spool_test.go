@@ -483,7 +483,7 @@ func TestSpoolPieces(t *testing.T) {
 		if sp.inMem() != c.mem {
 			t.Fatalf("%s: spool in memory %v", c.name, sp.inMem())
 		}
-		sp.trackPieces(s.SnapshotPieces)
+		sp.trackPieces(s.SnapshotPieces, nil)
 		r := rand.New(rand.NewPCG(uint64(k), 5))
 		from := 0
 		if c.headerLast {

@@ -20,7 +20,7 @@ import (
 // space on disk once its holes are punched.
 func TestCommitChangesAdoptsLargeChange(t *testing.T) {
 	const cells, minBytes = 1024, 64 * cc
-	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: minBytes}})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true, AdoptMinBytes: minBytes}})
 	model := randBytes(cells*cc, 1)
 	put(t, s, "f", model)
 	fi, err := s.Stat("f")

@@ -181,8 +181,8 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 			if !r.row && !r.zero && n+r.n > batchBytes {
 				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
 				if take < r.n {
-					b.regions = append(b.regions, region{off: r.off, n: take})
-					regs[0] = region{off: r.off + take, n: r.n - take}
+					b.regions = append(b.regions, region{off: r.off, n: take, cdc: r.cdc})
+					regs[0] = region{off: r.off + take, n: r.n - take, cdc: r.cdc}
 					n += take
 					break
 				}
@@ -269,6 +269,18 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 		}
 		if r.row {
 			items = append(items, item{r: r})
+			continue
+		}
+		if r.cdc {
+			// Cut in order here (a cut depends on the one before); the
+			// chunks hash on every core.
+			cuts := cdcCuts
+			if in.known != nil {
+				cuts = func(r region, data []byte, C int64) []region { return hintedCuts(r, data, C, in.known) }
+			}
+			for _, c := range cuts(r, data, C) {
+				items = append(items, item{r: c})
+			}
 			continue
 		}
 		for off := int64(0); off < r.n; off += C {

@@ -129,14 +129,22 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	// A blob is chunked on the grid, as a plain file is; only its name
 	// needs the whole content, and the writer hashed that already.
 	blob := inBlocksDir(comps) && ch.Keep == 0 && ch.BlobSummed
-	// A new content that is a snapshot or a llama.cpp state file, whatever
-	// its name, is chunked by its rows.
-	if !blob && (wholeContent(comps) || ch.Keep > 0 && !onGrid(pm, C) ||
-		ch.Keep == 0 && !inBlocksDir(comps) && sniff(ch.spoolSource(), ch.Size) != kindPlain) {
-		if ch.Keep == 0 {
-			return s.commitIno(ctx, ino, ch.spoolSource(), ch.Size, opts, ch.Pieces)
-		}
+	cdc := s.cutsByContent()
+	byExtent := false
+	switch {
+	case blob:
+	case ch.Keep == 0 && (wholeContent(comps) || cdc || sniff(ch.spoolSource(), ch.Size) != kindPlain):
+		// All of the content is new: planned from it as a Put is (a
+		// snapshot or another engine's file by its rows, whatever its
+		// name; anything else by its content).
+		return s.commitIno(ctx, ino, ch.spoolSource(), ch.Size, opts, ch.Pieces)
+	case ch.Keep > 0 && (wholeContent(comps) || src != nil && sniff(src, ch.Size) != kindPlain):
 		return s.CommitIno(ctx, ino, src, ch.Size, opts)
+	case ch.Keep > 0 && !onGrid(pm, C):
+		if !cdc {
+			return s.CommitIno(ctx, ino, src, ch.Size, opts)
+		}
+		byExtent = true
 	}
 	in := &ingest{s: s, src: ch.spoolSource(), size: ch.Size, comps: comps, target: ino,
 		opts: PutOptions{Mtime: opts.Mtime}, ctime: opts.Ctime, states: map[blockstore.ID]*chunkState{},
@@ -144,10 +152,17 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	if blob {
 		in.plan.kind, in.blobSum = kindBlob, ch.BlobSum.String()
 	}
-	if opts.Adopt && ch.Spool != nil {
+	if opts.Adopt && ch.Spool != nil && !byExtent {
 		in.adopt = ch.Spool
 	}
-	if err := in.planChanges(ch, pm); err != nil {
+	plan := in.planChanges
+	if byExtent {
+		// The chunks the changes touch are cut again whole, from the new
+		// content (src): their unchanged bytes are not in the spool.
+		in.src = src
+		plan = in.planExtentChanges
+	}
+	if err := plan(ch, pm); err != nil {
 		return nil, nil, inoErr("commit", ino, "", err)
 	}
 	if ch.Keep > 0 {

@@ -66,7 +66,7 @@ func dirty(cells ...int64) []store.DirtyChunk {
 // cleanup) with the previous version still open and after it is closed. A
 // cell whose sum the writer computed is not hashed at all.
 func TestCommitChangesReusesChunks(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true}})
 	model := randBytes(100*cc, 1)
 	put(t, s, "f", model)
 	fi, err := s.Stat("f")
@@ -124,7 +124,7 @@ func TestCommitChangesReusesChunks(t *testing.T) {
 // (that cell dirty, holding the kept bytes and zeros) and an extension
 // past the old end (zeros, stored as a zero run without reading them).
 func TestCommitChangesTruncateExtend(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true}})
 	orig := randBytes(64*cc+1000, 4)
 	put(t, s, "f", orig)
 	fi, _ := s.Stat("f")
@@ -167,7 +167,7 @@ func TestCommitChangesTruncateExtend(t *testing.T) {
 // cell is not dirty would reuse a chunk whose cell changed; the commit
 // fails rather than store a manifest off the grid, and so does a cut cell.
 func TestCommitChangesRefusesUndirtiedChange(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true}})
 	orig := randBytes(10*cc+100, 5)
 	put(t, s, "f", orig)
 	fi, _ := s.Stat("f")
@@ -193,7 +193,7 @@ func TestCommitChangesRefusesUndirtiedChange(t *testing.T) {
 // from the whole content, the source when something is kept and the
 // spool itself when nothing is, and read back exact.
 func TestCommitChangesWholeContent(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1}})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true, AdoptMinBytes: 1}})
 	for k, name := range []string{"blocks/x", "s.mlxkv"} {
 		orig := randBytes(20*cc, 6+10*uint64(k))
 		put(t, s, name, orig)
@@ -233,7 +233,7 @@ func TestCommitChangesWholeContent(t *testing.T) {
 // TestCommitChangesNewFileAdopts: a new file written whole, its cells
 // summed as written, is committed without hashing and its spool adopted.
 func TestCommitChangesNewFileAdopts(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1}})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true, AdoptMinBytes: 1}})
 	fi, err := s.CreateAt(1, "n", 0o644, store.Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestCommitChangesNewFileAdopts(t *testing.T) {
 // TestCommitChangesLargeRun: a run of dirty cells longer than a batch of
 // the ingest (16 MiB), none hashed while written, is read and hashed whole.
 func TestCommitChangesLargeRun(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true}})
 	fi, err := s.CreateAt(1, "n", 0o644, store.Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestCommitChangesLargeRun(t *testing.T) {
 // it; either way the counts stay right (Check) and the caller's Close
 // does nothing more.
 func TestCommitChangesMovesPins(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true}})
 	model := randBytes(50*cc, 10)
 	put(t, s, "f", model)
 	fi, _ := s.Stat("f")
@@ -355,7 +355,7 @@ func TestCommitChangesMovesPins(t *testing.T) {
 // leaves nothing behind; with part of the previous version kept, or
 // outside a blocks directory, the sum is ignored.
 func TestCommitChangesBlobSum(t *testing.T) {
-	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{AdoptMinBytes: 1 << 30}})
+	s := storetest.New(t, storetest.Options{ChunkSize: cc, Store: store.Options{FixedChunks: true, AdoptMinBytes: 1 << 30}})
 	if err := s.Mkdir("a/blocks", 0o700, true); err != nil {
 		t.Fatal(err)
 	}

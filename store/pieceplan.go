@@ -40,6 +40,7 @@ const piecePlanSize = 1 << 62
 // Not safe for concurrent use.
 type PiecePlan struct {
 	c         int64
+	segment   int64 // a file cut by content: the segments' size (cdcpieces.go)
 	headerEnd int64
 	slots     []planSlot // by offset, rows of at least minPiece bytes
 	parent    *parentSnap
@@ -125,6 +126,13 @@ func (p *PiecePlan) enterRow(i int, row int64) {
 // below upto (the bytes written so far), and moves past it; ok is false
 // if it does not, or if the plan is done.
 func (p *PiecePlan) Next(upto int64) (off, n int64, ok bool) {
+	if p.segment > 0 {
+		if p.pos+p.segment > upto {
+			return 0, 0, false
+		}
+		p.pos += p.segment
+		return p.pos - p.segment, p.segment, true
+	}
 	for {
 		var start, length int64
 		switch {

@@ -33,6 +33,9 @@ type region struct {
 	// was written (CommitChanges): it is not hashed again.
 	known bool
 	sum   blockstore.ID
+	// cdc marks bytes of no parsed format: cut where their content says
+	// (cdc.go), not every C bytes.
+	cdc bool
 }
 
 // parentChunk is one chunk of a parent snapshot's row.
@@ -190,6 +193,12 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 			}
 		}
 	}
+	if p.kind == kindPlain {
+		p.regions = s.plainRegions(0, size)
+		return p
+	}
+	// A blob is cut on the grid (CommitChanges relies on it); a
+	// blocks-layout manifest is a header.
 	p.regions = cutEvery(0, size)
 	return p
 }

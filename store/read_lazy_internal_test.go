@@ -19,7 +19,7 @@ func TestOpenLooksUpChunksOnRead(t *testing.T) {
 	if err := Init(dir, 4096); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(dir, Options{})
+	s, err := Open(dir, Options{FixedChunks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,11 @@ type Options struct {
 	// AdoptMinBytes is the smallest spool that a commit may take as a pack
 	// as it is (CommitOptions.Adopt); 0 means DefaultAdoptMinBytes.
 	AdoptMinBytes int64
+	// FixedChunks cuts files of no parsed format every C bytes from
+	// offset 0, as stores did before they cut such files by their content
+	// (cdc.go): for the tests of that grid, which files stored then keep,
+	// and for comparisons.
+	FixedChunks bool
 	// LockTimeout bounds the wait for another process's lock on the
 	// store; 0 means one second.
 	LockTimeout time.Duration
@@ -96,6 +101,7 @@ type Store struct {
 	compactMu sync.Mutex      // one Compact at a time; Check waits for it (compact.go)
 	chunks    chunkReader     // reads (packs, behind the narrow interface)
 	chunkSize int64
+	fixed     bool // Options.FixedChunks
 	log       *slog.Logger
 	verify    bool
 	packBytes int64
@@ -269,6 +275,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.packs, s.chunks = packs, packs
+	s.fixed = opts.FixedChunks
 	s.caps.slots = opts.MaxSnapshotSlots
 	db.View(func(tx *manifest.Tx) error {
 		s.chunkSize = tx.Params().ChunkSize

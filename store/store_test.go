@@ -291,7 +291,8 @@ func TestBlobSizes(t *testing.T) {
 // naming the file, the chunk and the offset; never wrong bytes.
 func TestCorruptChunk(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s := storetest.New(t, storetest.Options{ChunkSize: 4096, Dir: dir})
+	// Chunks every 4096 bytes, where the test flips a byte.
+	s := storetest.New(t, storetest.Options{ChunkSize: 4096, Dir: dir, Store: store.Options{FixedChunks: true}})
 	b := randBytes(20000, 1)
 	put(t, s, "f", b)
 	s.Close()
