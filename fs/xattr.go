@@ -49,6 +49,14 @@ func (n *node) virtualXattr(name string) ([]byte, error) {
 			return []byte(fmt.Sprint(u.Stored)), nil
 		}
 		return []byte(fmt.Sprint(u.Shared)), nil
+	case "user.kvfs.parent":
+		// The file whose rows this one shares (store.RowParent): its
+		// path below the mount's root, and the tokens they share.
+		p, common, err := n.fsys.s.RowParent(ino)
+		if err != nil {
+			return nil, store.ErrNoAttr
+		}
+		return []byte(fmt.Sprintf("/%s %d", p, common)), nil
 	case "user.kvfs.format", "user.kvfs.model", "user.kvfs.tokens":
 		if fi.Kind != "mlxkv" {
 			return nil, store.ErrNoAttr
@@ -111,6 +119,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		names = append(names, virtualNames...)
 		if fi.Kind == "mlxkv" {
 			names = append(names, snapshotNames...)
+		}
+		if _, _, err := n.fsys.s.RowParent(n.ino.Load()); err == nil {
+			names = append(names, "user.kvfs.parent")
 		}
 		if _, err := n.fsys.s.Damage(n.ino.Load()); err == nil {
 			names = append(names, "user.kvfs.damaged")

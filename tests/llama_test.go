@@ -46,6 +46,26 @@ func TestLlamaStateThroughMount(t *testing.T) {
 	if ratio > 1.5 {
 		t.Fatalf("stored %.2f× the ideal through the mount", ratio)
 	}
+	// kvfs inspect explains the file and how the mount stored it: the
+	// file before it in the conversation is its parent.
+	var rep struct {
+		Format string
+		Llama  struct{ Tokens int }
+		Stored struct {
+			Kind         string
+			SharedBytes  int64
+			Parent       string
+			SharedTokens int
+		}
+	}
+	out := kvfs(t, "inspect", "--json", m.path("slots/conversation 9.state"))
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, out)
+	}
+	if rep.Format != "llama.cpp sequence state (ggsq)" || rep.Llama.Tokens != 3100 || rep.Stored.Kind != "llama" ||
+		rep.Stored.Parent != "/slots/conversation 8.state" || rep.Stored.SharedTokens != 2800 || rep.Stored.SharedBytes == 0 {
+		t.Fatalf("inspect: %+v\n%s", rep, out)
+	}
 	verify := func() {
 		for i := range files {
 			sh(t, fmt.Sprintf("cmp %s '%s'", filepath.Join(src, fmt.Sprintf("s%d", i)), m.path(fmt.Sprintf("slots/conversation %d.state", i))))

@@ -28,13 +28,13 @@ func (o *inspectOptions) addFlags(fs *pflag.FlagSet) {
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o inspectOptions
-	fs := newFlags("inspect", "[--verify] [--json] FILE...", "Print what a .mlxkv snapshot holds: its format and layout, model, namespace,\ntoken count, and each cache's kind, tensor shapes, dtypes and sizes.\nWith --verify, also check the tensor bytes against their recorded hashes;\na mismatch exits with status 3.")
+	fs := newFlags("inspect", "[--verify] [--json] FILE...", "Print what a cache file holds. A .mlxkv snapshot: its format and layout,\nmodel, namespace, token count, and each cache's kind, tensor shapes, dtypes\nand sizes; with --verify, also check the tensor bytes against their\nrecorded hashes (a mismatch exits with status 3). A llama.cpp state file\n(sequence state or session): its tokens, cells, layers and K/V layout. A\nsafetensors file (mlx-lm's prompt caches): its tensors and metadata. On a\nkvfs mount, also how the file is stored: as what, its own and shared bytes,\nand the file it shares its rows with (see docs/ENGINES.md).")
 	o.addFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return usagef("no snapshot file given")
+		return usagef("no file given")
 	}
 	var corrupt, failed int
 	for i, path := range fs.Args() {
@@ -91,6 +91,7 @@ type inspectReport struct {
 	Verified          *bool        `json:"verified"`
 	VerifyError       string       `json:"verifyError,omitempty"`
 	Trimmable         bool         `json:"trimmable"`
+	Stored            *storedInfo  `json:"stored,omitempty"`
 	Tensors           []tensorInfo `json:"-"`
 }
 
@@ -121,6 +122,11 @@ func inspectFile(ctx context.Context, path string, o inspectOptions, stdout io.W
 	if fi.IsDir() {
 		return fmt.Errorf("%s: is a directory, not a snapshot file", path)
 	}
+	var head [16]byte
+	n, _ := f.ReadAt(head[:], 0)
+	if !strings.HasPrefix(string(head[:n]), mlx.Magic) && !strings.HasSuffix(path, ".mlxkv") {
+		return inspectOther(f, path, fi.Size(), head[:n], o, stdout)
+	}
 	s, err := mlx.Parse(f, fi.Size(), path)
 	if err != nil {
 		return err
@@ -149,6 +155,7 @@ func inspectFile(ctx context.Context, path string, o inspectOptions, stdout io.W
 		}
 		r.Caches = append(r.Caches, c)
 	}
+	r.Stored = readStored(path)
 	var verr error
 	if o.verify {
 		verr = s.Verify(ctx, f, mlx.BlockDir(filepath.Dir(path)))
@@ -229,6 +236,7 @@ func printReport(w io.Writer, r *inspectReport) {
 	default:
 		fmt.Fprintf(w, "verify:       FAILED: %s\n", r.VerifyError)
 	}
+	printStored(w, r.Stored)
 }
 
 // formatBytes prints n in binary units.

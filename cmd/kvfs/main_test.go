@@ -87,7 +87,7 @@ func TestInspectFailures(t *testing.T) {
 		{[]string{"inspect", dir}, exitFailure, "is a directory"},
 		{[]string{"inspect", "--verify", whole300, corrupt, garbage}, exitCorrupt, "1 of 3 files"},
 		{[]string{"inspect", whole300, garbage}, exitFailure, "1 of 2 files could not be inspected"},
-		{[]string{"inspect"}, exitUsage, "no snapshot file given"},
+		{[]string{"inspect"}, exitUsage, "no file given"},
 		{[]string{"inspect", "--nope", whole300}, exitUsage, "unknown flag"},
 		{[]string{"frobnicate"}, exitUsage, "unknown command"},
 		{[]string{}, exitUsage, ""},
