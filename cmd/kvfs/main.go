@@ -43,7 +43,7 @@ func commands() []command {
 		{"mv", "rename a file or directory in a store", runMv},
 		{"stats", "print a store's sizes and dedup ratio", runStats},
 		{"match", "find the snapshot that best seeds a prompt (longest prefix)", runMatch},
-		{"inspect", "print a snapshot's format, model, tokens and tensors, and verify it", runInspect},
+		{"inspect", "describe a cache file (a snapshot, llama.cpp state, safetensors) and how a mount stores it; verify a snapshot", runInspect},
 		{"fsck", "check a store, mounted or not (and --repair it, unmounted); own exit statuses", runFsck},
 		{"gc", "compact a store: rewrite mostly dead packs, remove dead ones", runGC},
 		{"pool", "put, get, list and remove files of a pool shared by several hosts (S3 and etcd)", runPool},
