@@ -313,7 +313,11 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 					if it.refs != nil {
 						continue
 					}
-					it.refs = cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C, sum)
+					refs, err := cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C, sum)
+					if err != nil {
+						return err
+					}
+					it.refs = refs
 				}
 			})
 			if werr != nil {
@@ -409,8 +413,17 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 
 // cutRegion cuts one region into chunks: first the parent's chunks for as
 // long as the bytes hash to them, then every C bytes. sum gives the
-// sha256 of the chunk at a file offset.
-func cutRegion(r region, data []byte, C int64, sum func(off int64, b []byte) blockstore.ID) []chunkRef {
+// sha256 of the chunk at a file offset. A region of wideRegion bytes or
+// more is hashed on every core (wideCut).
+func cutRegion(r region, data []byte, C int64, sum func(off int64, b []byte) blockstore.ID) ([]chunkRef, error) {
+	if r.n >= wideRegion {
+		return wideCut(r, data, C, sum)
+	}
+	return narrowCut(r, data, C, sum), nil
+}
+
+// narrowCut is cutRegion on the calling goroutine.
+func narrowCut(r region, data []byte, C int64, sum func(off int64, b []byte) blockstore.ID) []chunkRef {
 	var out []chunkRef
 	var pos int64
 	var pending *chunkRef // a hash computed for a parent chunk that did not match
@@ -437,6 +450,99 @@ func cutRegion(r region, data []byte, C int64, sum func(off int64, b []byte) blo
 		pos += n
 	}
 	return out
+}
+
+// wideRegion is the size from which a region's chunks are hashed on every
+// core: a llama.cpp layer's K block is one row of up to gigabytes, and its
+// commit hashed it on one (issue 29, H200: 1.0 core, 2 s for a 1.5 GiB
+// file). A batch holds whole rows, so the batch's other workers may have
+// nothing else to do.
+const wideRegion = 4 << 20
+
+// wideCut is cutRegion on every core: the parent's chunks are hashed at
+// once (those after the first that does not match are hashed for
+// nothing: at most the parent's rest of the row, when a conversation
+// branches), then the chunks every C bytes from the first mismatch.
+func wideCut(r region, data []byte, C int64, sum func(off int64, b []byte) blockstore.ID) ([]chunkRef, error) {
+	var pieces []chunkRef
+	var pos int64
+	for _, pc := range r.parent {
+		if pos+pc.n > r.n {
+			break
+		}
+		pieces = append(pieces, chunkRef{off: r.off + pos, n: pc.n, id: pc.id, parent: true})
+		pos += pc.n
+	}
+	sums, err := sumAll(pieces, nil, r.off, data, sum)
+	if err != nil {
+		return nil, err
+	}
+	var out []chunkRef
+	var pending *chunkRef
+	pos = 0
+	for i, c := range pieces {
+		if sums[i] != c.id {
+			pending = &chunkRef{off: c.off, n: c.n, id: sums[i]}
+			break
+		}
+		out = append(out, c)
+		pos += c.n
+	}
+	var tail []chunkRef
+	for p := pos; p < r.n; p += C {
+		tail = append(tail, chunkRef{off: r.off + p, n: min(C, r.n-p)})
+	}
+	summed := make([]bool, len(tail))
+	if pending != nil && len(tail) > 0 && tail[0].off == pending.off && tail[0].n == pending.n {
+		tail[0].id, summed[0] = pending.id, true // the same bytes: no second hash
+	}
+	tsums, err := sumAll(tail, summed, r.off, data, sum)
+	if err != nil {
+		return nil, err
+	}
+	for i := range tail {
+		if !summed[i] {
+			tail[i].id = tsums[i]
+		}
+	}
+	return append(out, tail...), nil
+}
+
+// sumAll hashes the chunks (of a region at base, whose bytes are data) on
+// every core, but those that summed marks (nil: none). The goroutines read
+// data, which may be a mapping of the source: each turns a fault into an
+// error (guardFault), as the batch's workers do.
+func sumAll(cs []chunkRef, summed []bool, base int64, data []byte, sum func(off int64, b []byte) blockstore.ID) ([]blockstore.ID, error) {
+	out := make([]blockstore.ID, len(cs))
+	var next atomic.Int64
+	var faulted atomic.Bool
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(cs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := guardFault(func() error {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(cs) {
+						return nil
+					}
+					if summed == nil || !summed[i] {
+						c := cs[i]
+						out[i] = sum(c.off, data[c.off-base:c.off-base+c.n])
+					}
+				}
+			})
+			if err != nil {
+				faulted.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if faulted.Load() {
+		return nil, errSourceChanged
+	}
+	return out, nil
 }
 
 var zeroPage [64 << 10]byte

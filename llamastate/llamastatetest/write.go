@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"math/rand/v2"
 )
 
 // Spec is the shape of a file.
@@ -26,14 +27,15 @@ type Spec struct {
 }
 
 // cellBytes returns n bytes that depend on the seed, the tokens up to and
-// including cell i's (through chain), the cache, layer and what.
+// including cell i's (through chain), the cache, layer and what: one
+// sha256 seeds a generator that fills them, so that files of real models'
+// sizes are quick to make.
 func (s Spec) cellBytes(chain [32]byte, cache, layer int, what byte, n int) []byte {
-	out := make([]byte, 0, n+32)
-	for k := 0; len(out) < n; k++ {
-		h := sha256.New()
-		h.Write(chain[:])
-		h.Write([]byte{s.Seed, byte(cache), byte(layer), byte(layer >> 8), what, byte(k), byte(k >> 8)})
-		out = h.Sum(out)
+	h := sha256.Sum256(append(chain[:], s.Seed, byte(cache), byte(layer), byte(layer>>8), what))
+	r := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(h[:]), binary.LittleEndian.Uint64(h[8:])))
+	out := make([]byte, n+8)
+	for k := 0; k < n; k += 8 {
+		binary.LittleEndian.PutUint64(out[k:], r.Uint64())
 	}
 	return out[:n]
 }
