@@ -16,21 +16,10 @@
 //       evaluates 4 fixed tokens and generates 8 greedily; prints, per
 //       file, the greedy tokens and the next-token probabilities of each
 //       step, as JSON, for the caller to compare between copies.
-import { writeModel } from "./gguf.mjs";
+import { rng, writeModel } from "./gguf.mjs";
 import { getLlama } from "node-llama-cpp";
 import { join } from "node:path";
 import { openSync, fsyncSync, closeSync } from "node:fs";
-
-function rng(seed) {
-    let a = seed >>> 0;
-    return () => {
-        a = (a + 0x6d2b79f5) >>> 0;
-        let t = a;
-        t = Math.imul(t ^ (t >>> 15), t | 1);
-        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-}
 
 function conversations() {
     const r = rng(2029);

@@ -35,8 +35,9 @@ function bytesToUnicode() {
     return m;
 }
 
-// A small deterministic generator (mulberry32).
-function rng(seed) {
+// A small deterministic generator (mulberry32), for the weights and the
+// driver's conversations.
+export function rng(seed) {
     let a = seed >>> 0;
     return () => {
         a = (a + 0x6d2b79f5) >>> 0;
