@@ -14,6 +14,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/store"
 )
@@ -181,7 +182,7 @@ func (p *prefixFile) walked(ctx context.Context, open bool) (*mlx.PrefixView, *s
 // cache or made now.
 func (p *prefixFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileInfo) (*mlx.PrefixView, *store.FileInfo, error) {
 	viewPath := fi.Path + "@" + strconv.FormatInt(p.n, 10)
-	if fi.Kind != "mlxkv" {
+	if fi.Kind != "mlxkv" && fi.Kind != "llama" {
 		return nil, nil, &refusedView{path: viewPath, err: fmt.Errorf("not a snapshot the store indexed (stored as %q)", fi.Kind)}
 	}
 	key := prefixKey{ino: fi.Ino, manifest: fi.ManifestID, dir: up.ino, n: p.n}
@@ -191,6 +192,9 @@ func (p *prefixFile) resolve(ctx context.Context, up *mirrorDir, fi *store.FileI
 			return nil, err
 		}
 		defer f.Close()
+		if fi.Kind == "llama" {
+			return llamaView(f, fi.Path, viewPath, p.n)
+		}
 		snap, err := mlx.Parse(f, f.Size(), fi.Path)
 		if err != nil {
 			return nil, &refusedView{path: viewPath, err: err}
@@ -411,3 +415,23 @@ func (r *prefixReader) Release(ctx context.Context) syscall.Errno {
 	r.src.orig.Close()
 	return 0
 }
+
+// llamaView is the view of a llama.cpp state file cut to its first n
+// tokens (llamastate.Trim): the file llama.cpp would have saved for them,
+// served as a snapshot's view is, from the original's bytes.
+func llamaView(f *store.File, path, viewPath string, n int64) (*mlx.PrefixView, error) {
+	st, err := llamastate.Parse(f, f.Size(), path)
+	if err != nil {
+		return nil, &refusedView{path: viewPath, err: err}
+	}
+	lv, err := llamastate.Trim(st, f, n)
+	if err != nil {
+		return nil, &refusedView{path: viewPath, err: err}
+	}
+	v := &mlx.PrefixView{Prefix: lv.Prefix, DataStart: int64(len(lv.Prefix)), Size: lv.Size}
+	for _, r := range lv.Runs {
+		v.Runs = append(v.Runs, mlx.Run{FileOff: r.Off, Len: r.Len, SrcOff: r.SrcOff})
+	}
+	return v, nil
+}
+

@@ -9,8 +9,8 @@ import (
 )
 
 // FuzzParse: a parse of hostile bytes fails or returns blocks that lie in
-// order inside the file and end it; it never panics or reads out of
-// bounds. The seed corpus (testdata/fuzz/FuzzParse) holds small files of
+// order inside the file and end it, and a trimmed view of it is refused or
+// reads within it; it never panics or reads out of bounds. The seed corpus (testdata/fuzz/FuzzParse) holds small files of
 // every shape.
 func FuzzParse(f *testing.F) {
 	for _, s := range specs {
@@ -23,5 +23,17 @@ func FuzzParse(f *testing.F) {
 		}
 		checkCover(t, st)
 		_ = st.Key()
+		// A trimmed view of a hostile file is refused or reads within
+		// the original.
+		for _, n := range []int64{1, int64(len(st.Tokens)) / 2, int64(len(st.Tokens))} {
+			v, err := llamastate.Trim(st, bytes.NewReader(b), n)
+			if err != nil {
+				continue
+			}
+			buf := make([]byte, v.Size)
+			if _, err := v.ReadAt(bytes.NewReader(b), buf, 0); err != nil {
+				t.Fatalf("view @%d of a parsed file: %v", n, err)
+			}
+		}
 	})
 }

@@ -66,6 +66,19 @@ func TestLlamaStateThroughMount(t *testing.T) {
 		rep.Stored.Parent != "/slots/conversation 8.state" || rep.Stored.SharedTokens != 2800 || rep.Stored.SharedBytes == 0 {
 		t.Fatalf("inspect: %+v\n%s", rep, out)
 	}
+	// A trimmed view is the file of the first N tokens; what cannot be cut
+	// so (more tokens than the file holds, none, a sliding-window model's
+	// two caches) does not exist.
+	sh(t, fmt.Sprintf("cmp '%s' %s", m.path(".kvfs/prefix/slots/conversation 9.state@2800"), filepath.Join(src, "s8")))
+	swa := llamastatetest.Write(llamastatetest.Spec{Session: true, Arch: "gemma3", Layers: 2, KRow: 64, FlashAttn: true, Caches: 2}, make([]uint32, 50))
+	if err := os.WriteFile(m.path("slots/swa.bin"), swa, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"slots/conversation 9.state@3101", "slots/conversation 9.state@0", "slots/swa.bin@10"} {
+		if _, err := os.Stat(m.path(".kvfs/prefix/" + bad)); !os.IsNotExist(err) {
+			t.Errorf("view %s: %v, want ENOENT", bad, err)
+		}
+	}
 	verify := func() {
 		for i := range files {
 			sh(t, fmt.Sprintf("cmp %s '%s'", filepath.Join(src, fmt.Sprintf("s%d", i)), m.path(fmt.Sprintf("slots/conversation %d.state", i))))

@@ -90,19 +90,17 @@ func storedBytes(t *testing.T, m *mount) int64 {
 // the mount (also after a remount) they continue exactly as the plain
 // copies do (greedy tokens and next-token probabilities); and the mount
 // stores them within issue 29's targets of the ideal: 1.25× with flash
-// attention, 1.5× without. Each mode has a mount of its own: their
+// attention, 1.5× without. A trimmed view of a file
+// (/.kvfs/prefix/PATH@N) is the file of its first N tokens, and loads as
+// it. Each mode has a mount of its own: their
 // layer 0 K rows are the same bytes, which would dedup across them.
 func TestLlamaCppStateFiles(t *testing.T) {
 	work := t.TempDir()
 	model := filepath.Join(work, "tiny.gguf")
 	llamaDriver(t, "model", model)
 	check := []string{"conv-00.state", "conv-09.state", "conv-11.state"}
-	continuations := func(fa, dir string) []string {
+	continueFiles := func(fa string, files ...string) []string {
 		t.Helper()
-		var files []string
-		for _, c := range check {
-			files = append(files, filepath.Join(dir, c))
-		}
 		var out []string
 		sc := bufio.NewScanner(strings.NewReader(llamaDriver(t, append([]string{"continue", model, fa}, files...)...)))
 		sc.Buffer(nil, 1<<20)
@@ -116,10 +114,18 @@ func TestLlamaCppStateFiles(t *testing.T) {
 			}
 			out = append(out, fmt.Sprintf("%d %s", r.Loaded, r.Steps))
 		}
-		if len(out) != len(check) {
-			t.Fatalf("%d continuations of %d files", len(out), len(check))
+		if len(out) != len(files) {
+			t.Fatalf("%d continuations of %d files", len(out), len(files))
 		}
 		return out
+	}
+	continuations := func(fa, dir string) []string {
+		t.Helper()
+		var files []string
+		for _, c := range check {
+			files = append(files, filepath.Join(dir, c))
+		}
+		return continueFiles(fa, files...)
 	}
 	targets := map[string]float64{"on": 1.25, "off": 1.5}
 	for _, fa := range []string{"on", "off"} {
@@ -147,6 +153,13 @@ func TestLlamaCppStateFiles(t *testing.T) {
 		want := continuations(fa, plain)
 		if got := continuations(fa, dir); !equalLines(got, want) {
 			t.Fatalf("flash attention %s: loaded from the mount, llama.cpp continues otherwise:\n%v\nplain:\n%v", fa, got, want)
+		}
+		// A trimmed view of the 3100-token file at 2800 tokens is the file
+		// llama.cpp saved at 2800, byte for byte, and loads as it.
+		view := m.path(".kvfs/prefix/llama/fa-" + fa + "/conv-09.state@2800")
+		sh(t, fmt.Sprintf("cmp %s %s", view, filepath.Join(plain, "conv-08.state")))
+		if got, want := continueFiles(fa, view), continueFiles(fa, filepath.Join(plain, "conv-08.state")); !equalLines(got, want) {
+			t.Fatalf("flash attention %s: the view @2800 continues otherwise than the file saved at 2800", fa)
 		}
 		kvfs(t, "unmount", m.mnt)
 		m.check(t)
