@@ -434,4 +434,3 @@ func llamaView(f *store.File, path, viewPath string, n int64) (*mlx.PrefixView, 
 	}
 	return v, nil
 }
-
