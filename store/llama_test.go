@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/llamastate/llamastatetest"
 	"github.com/kvfs/kvfs/safetensors/safetensorstest"
+	"github.com/kvfs/kvfs/store"
 	"github.com/kvfs/kvfs/store/storetest"
 )
 
@@ -126,5 +128,24 @@ func TestPromptCacheSeriesDedup(t *testing.T) {
 	t.Logf("%d files, %d bytes; stored %d, ideal %d: %.3f× the ideal, %.2f× dedup", len(files), logical, st.StoredBytes, ideal, ratio, float64(logical)/float64(st.StoredBytes))
 	if ratio > 1.1 {
 		t.Fatalf("stored %.3f× the ideal, want at most 1.1×", ratio)
+	}
+}
+
+// TestOtherFormatsCapped: a llama.cpp state file of more tokens than the
+// store indexes, and a safetensors file of more tensors, are stored cut
+// by content, with the reason noted, and read back.
+func TestOtherFormatsCapped(t *testing.T) {
+	s := storetest.New(t, storetest.Options{Store: store.Options{MaxSnapshotTokens: 100, MaxSnapshotSlots: 3}})
+	toks := make([]uint32, 300)
+	ll := llamastatetest.Write(llamastatetest.Spec{Layers: 2, KRow: 64, FlashAttn: true}, toks)
+	st := safetensorstest.PromptCache(safetensorstest.Spec{Layers: 2, Heads: 1, HeadDim: 8}, toks[:5])
+	for name, b := range map[string][]byte{"big.state": ll, "many.safetensors": st} {
+		ps := put(t, s, name, b)
+		if ps.Kind != "plain" || !strings.Contains(ps.Note, "over the cap") {
+			t.Errorf("%s stored as %q (%s), want plain over the cap", name, ps.Kind, ps.Note)
+		}
+		if !bytes.Equal(get(t, s, name), b) {
+			t.Fatalf("%s reads back wrong", name)
+		}
 	}
 }

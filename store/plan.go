@@ -136,7 +136,16 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 	case inBlocksDir(comps):
 		p.kind = kindBlob
 	case kind == kindLlama:
-		f, err := llamastate.Parse(src, size, path.Join(comps...))
+		var f *llamastate.File
+		err := s.caps.checkLlamaTokens(src)
+		if err == nil {
+			f, err = llamastate.Parse(src, size, path.Join(comps...))
+		}
+		var slots []slotRows
+		if err == nil {
+			slots = llamaSlots(f)
+			err = checkRows(slots)
+		}
 		if err != nil {
 			p.note = err.Error()
 			s.log.Info("storing a llama.cpp state file as a plain file", "path", path.Join(comps...), "reason", err)
@@ -147,22 +156,34 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		if parent != nil {
 			p.parentIno = parent.ino
 		}
-		p.regions = rowRegions(f.DataStart(), llamaSlots(f), size, parent)
+		p.regions = rowRegions(f.DataStart(), slots, size, parent)
 		return p
 	case kind == kindST:
-		f, err := safetensors.Parse(src, size, path.Join(comps...))
+		var f *safetensors.File
+		err := checkSTHeader(src)
+		if err == nil {
+			f, err = safetensors.Parse(src, size, path.Join(comps...))
+		}
+		var slots []slotRows
+		if err == nil {
+			err = s.caps.checkSTTensors(f)
+		}
+		if err == nil {
+			slots = stSlots(f)
+			err = checkRows(slots)
+		}
 		if err != nil {
 			p.note = err.Error()
 			s.log.Info("storing a safetensors file as a plain file", "path", path.Join(comps...), "reason", err)
 			break
 		}
 		p.kind, p.layout = kindST, stKey(f)
-		p.tokens = stTokens(src, f)
+		p.tokens = stTokens(src, f, s.caps.tokens)
 		parent := s.findParent(p.layout, p.tokens, stRows)
 		if parent != nil {
 			p.parentIno = parent.ino
 		}
-		p.regions = rowRegions(f.DataStart(), stSlots(f), size, parent)
+		p.regions = rowRegions(f.DataStart(), slots, size, parent)
 		return p
 	case kind == kindMLXKV || strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
 		snap, err := s.parseSnapshot(src, size, path.Join(comps...))
@@ -282,9 +303,6 @@ func stKey(f *safetensors.File) string {
 	return "st:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// maxSTTokens bounds the token dimension stTokens reads.
-const maxSTTokens = 1 << 22
-
 // stTokens stands in for the tokens a safetensors cache does not record:
 // a checksum of each token's vector in the first row of the first tensor
 // by name ("0.0", layer 0's keys, batch 0, head 0, in mlx-lm's file). Two
@@ -292,7 +310,10 @@ const maxSTTokens = 1 << 22
 // share a prefix of tokens (but for a checksum collision, which only
 // makes a parent whose rows are then not reused), so the parent is found
 // as for a snapshot: the longest common prefix.
-func stTokens(src io.ReaderAt, f *safetensors.File) []uint32 {
+//
+// Within the caps: at most maxTokens tokens and a row of maxSTTokenRow
+// bytes; past them the file has no parent.
+func stTokens(src io.ReaderAt, f *safetensors.File, maxTokens int) []uint32 {
 	var first *safetensors.Tensor
 	for i := range f.Tensors {
 		if t := &f.Tensors[i]; len(t.Shape) >= 2 && (first == nil || t.Name < first.Name) {
@@ -304,7 +325,7 @@ func stTokens(src io.ReaderAt, f *safetensors.File) []uint32 {
 	}
 	k := len(first.Shape)
 	n, width := first.Shape[k-2], first.Shape[k-1]*int64(first.ElemSize())
-	if n <= 0 || width <= 0 || n > maxSTTokens {
+	if n <= 0 || width <= 0 || n > int64(maxTokens) || n > maxSTTokenRow/width {
 		return nil
 	}
 	row := make([]byte, n*width)
