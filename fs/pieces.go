@@ -89,6 +89,9 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 	}
 	switch {
 	case off >= h.inOrder:
+		if off > h.inOrder && h.p != nil {
+			h.p.SkipTo(off) // a hole: its segments are not cut
+		}
 		h.inOrder = off + n
 	case h.p == nil && off >= h.gapAt && off+n <= h.first:
 		h.gapAt = off + n // the header, into the hole left for it

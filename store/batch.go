@@ -178,6 +178,17 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 		// commit of changes (CommitChanges) leave gaps.
 		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes && regs[0].off == b.off+n) {
 			r := regs[0]
+			if r.row && n == 0 && r.n > batchBytes {
+				// A row longer than a batch (a safetensors tensor of one
+				// row, a llama.cpp layer's K block) is read a batch at a
+				// time: a 2 GiB row made a 2 GiB batch (red team, issue
+				// 29).
+				first, rest := splitRow(r, batchBytes, in.s.chunkSize)
+				b.regions = append(b.regions, first)
+				regs[0] = rest
+				n += first.n
+				break
+			}
 			if !r.row && !r.zero && n+r.n > batchBytes {
 				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
 				if take < r.n {
@@ -273,13 +284,20 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 		}
 		if r.cdc {
 			// Cut in order here (a cut depends on the one before); the
-			// chunks hash on every core.
+			// chunks hash on every core. Long runs of zero pages (holes)
+			// are zero runs.
 			cuts := cdcCuts
 			if in.known != nil {
 				cuts = func(r region, data []byte, C int64) []region { return hintedCuts(r, data, C, in.known) }
 			}
-			for _, c := range cuts(r, data, C) {
-				items = append(items, item{r: c})
+			for _, part := range splitZeros(r, data) {
+				if part.zero {
+					items = append(items, item{refs: []chunkRef{{off: part.off, n: part.n, zero: true}}})
+					continue
+				}
+				for _, c := range cuts(part, buf[part.off-base:part.off-base+part.n], C) {
+					items = append(items, item{r: c})
+				}
 			}
 			continue
 		}
@@ -409,6 +427,28 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 	}
 	flush()
 	return nil
+}
+
+// splitRow splits a row region of more than limit bytes in two: at the
+// end of the parent's chunks that fit in limit, if they cover half of it
+// (the rest goes on matching the parent's chunks after them), else at the
+// last multiple of C within limit (the rest, with no parent, cut every C bytes
+// from there, as the whole row would be cut where no parent matches).
+func splitRow(r region, limit, C int64) (first, rest region) {
+	var pos int64
+	k := 0
+	for k < len(r.parent) && pos+r.parent[k].n <= limit {
+		pos += r.parent[k].n
+		k++
+	}
+	first = region{off: r.off, n: pos, row: true, parent: r.parent[:k]}
+	rest = region{off: r.off + pos, n: r.n - pos, row: true, parent: r.parent[k:]}
+	if pos < limit/2 {
+		take := max(C, limit/C*C)
+		first.n = take
+		rest = region{off: r.off + take, n: r.n - take, row: true}
+	}
+	return first, rest
 }
 
 // cutRegion cuts one region into chunks: first the parent's chunks for as

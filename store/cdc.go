@@ -122,3 +122,52 @@ func parallelCuts(p chunker.Params, data []byte, procs int) []int {
 	}
 	return out
 }
+
+// A content-cut region read from a sparse source (kvfs put of a file with
+// holes, a commit of a file written whole) holds its holes as zeros. Cut
+// by content they made a 64 KiB zero chunk per 64 KiB of hole, and as
+// many manifest entries: 120 GiB of hole made a commit record past the
+// journal's limit (red team, issue 29). Runs of whole zero pages of at
+// least zeroRunMin bytes are stored as zero runs instead, as cuts every C
+// bytes from offset 0 stored them.
+const (
+	holePage   = 4 << 10
+	zeroRunMin = 64 << 10
+)
+
+// splitZeros splits a content-cut region into its runs of zero pages (of
+// the file's pages, at least zeroRunMin long: zero regions) and the rest
+// (content-cut regions), in order.
+func splitZeros(r region, data []byte) []region {
+	var out []region
+	emit := func(a, b int64, zero bool) {
+		if a < b {
+			out = append(out, region{off: r.off + a, n: b - a, zero: zero, cdc: !zero})
+		}
+	}
+	first := (holePage - r.off%holePage) % holePage
+	var start int64 // the start of what is not yet emitted
+	z := int64(-1)  // the start of the current run of zero pages
+	p := first
+	for ; p+holePage <= r.n; p += holePage {
+		if isZero(data[p : p+holePage]) {
+			if z < 0 {
+				z = p
+			}
+			continue
+		}
+		if z >= 0 && p-z >= zeroRunMin {
+			emit(start, z, false)
+			emit(z, p, true)
+			start = p
+		}
+		z = -1
+	}
+	if z >= 0 && p-z >= zeroRunMin {
+		emit(start, z, false)
+		emit(z, p, true)
+		start = p
+	}
+	emit(start, r.n, false)
+	return out
+}

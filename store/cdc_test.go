@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kvfs/kvfs/llamastate/llamastatetest"
+	"github.com/kvfs/kvfs/safetensors/safetensorstest"
 	"github.com/kvfs/kvfs/store"
 	"github.com/kvfs/kvfs/store/storetest"
 )
@@ -155,5 +157,51 @@ func sortInts(a []int64) {
 		for j := i; j > 0 && a[j] < a[j-1]; j-- {
 			a[j], a[j-1] = a[j-1], a[j]
 		}
+	}
+}
+
+// TestHolesStoredAsZeroRuns: a file of no parsed format with long runs of
+// zeros (a sparse source's holes) stores them as zero runs, not as a
+// zero chunk per chunk, and reads back exact.
+func TestHolesStoredAsZeroRuns(t *testing.T) {
+	s := storetest.New(t, storetest.Options{})
+	b := randBytes(40<<20, 9)
+	clear(b[3<<20+123 : 35<<20]) // 32 MiB of zeros, not page-aligned at its start
+	st := put(t, s, "sparse.bin", b)
+	if st.ZeroBytes < 31<<20 || st.Chunks > 400 {
+		t.Fatalf("stats %+v: want the zeros as zero runs", st)
+	}
+	if !bytes.Equal(get(t, s, "sparse.bin"), b) {
+		t.Fatal("reads back wrong")
+	}
+}
+
+// TestLongRowsSplit: a row longer than a batch (a safetensors tensor of
+// one row; a llama.cpp layer's K block of a long conversation) is read a
+// batch at a time, reads back exact, and a file continuing it still
+// reuses its chunks.
+func TestLongRowsSplit(t *testing.T) {
+	s := storetest.New(t, storetest.Options{})
+	spec := llamastatetest.Spec{Layers: 1, KRow: 8192, FlashAttn: true}
+	toks := make([]uint32, 3000)
+	for i := range toks {
+		toks[i] = uint32(i * 31)
+	}
+	a := llamastatetest.Write(spec, toks[:2500]) // K and V blocks of 20 MiB
+	b := llamastatetest.Write(spec, toks)
+	put(t, s, "a.state", a)
+	st := put(t, s, "b.state", b)
+	if st.Parent == 0 || st.NewBytes > int64(2*500*8192+(1<<20)) {
+		t.Fatalf("stats %+v: want the 2500 tokens' rows reused", st)
+	}
+	for name, want := range map[string][]byte{"a.state": a, "b.state": b} {
+		if !bytes.Equal(get(t, s, name), want) {
+			t.Fatalf("%s reads back wrong", name)
+		}
+	}
+	one := safetensorstest.PromptCache(safetensorstest.Spec{Layers: 1, Heads: 1, HeadDim: 8192}, toks[:2000]) // rows of 32 MiB
+	put(t, s, "one.safetensors", one)
+	if !bytes.Equal(get(t, s, "one.safetensors"), one) {
+		t.Fatal("one.safetensors reads back wrong")
 	}
 }

@@ -58,6 +58,17 @@ func (s *Store) ContentPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 // rather than chunks.
 func (p *PiecePlan) Segments() bool { return p.segment > 0 }
 
+// SkipTo moves a plan of segments past a hole the writer left before off
+// (a write past the end): the next segment starts at off, and the bytes
+// before the hole that no segment covered are left to the commit. The
+// hole itself is never read: a pwrite past 10 GiB of hole made the
+// writer cut and hash 10 GiB of zeros (red team, issue 29).
+func (p *PiecePlan) SkipTo(off int64) {
+	if p.segment > 0 && off > p.pos {
+		p.pos = off
+	}
+}
+
 // CutSegment cuts data, the segment of a file at off that a content
 // PiecePlan yielded, as the store would if a cut fell at off, and returns
 // its chunks but the last (cut by the segment's end); their sums are for

@@ -133,11 +133,16 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	byExtent := false
 	switch {
 	case blob:
-	case ch.Keep == 0 && (wholeContent(comps) || cdc || sniff(ch.spoolSource(), ch.Size) != kindPlain):
+	case ch.Keep == 0 && (wholeContent(comps) || sniff(ch.spoolSource(), ch.Size) != kindPlain):
 		// All of the content is new: planned from it as a Put is (a
 		// snapshot or another engine's file by its rows, whatever its
-		// name; anything else by its content).
+		// name).
 		return s.commitIno(ctx, ino, ch.spoolSource(), ch.Size, opts, ch.Pieces)
+	case ch.Keep == 0 && cdc:
+		// A new file of no parsed format: its written cells cut by
+		// content, the rest (holes: a truncate that grows, a sparse cp)
+		// zero runs, never read.
+		byExtent = true
 	case ch.Keep > 0 && (wholeContent(comps) || src != nil && sniff(src, ch.Size) != kindPlain):
 		return s.CommitIno(ctx, ino, src, ch.Size, opts)
 	case ch.Keep > 0 && !onGrid(pm, C):
@@ -152,15 +157,20 @@ func (s *Store) CommitChanges(ctx context.Context, ino uint64, ch Changes, src i
 	if blob {
 		in.plan.kind, in.blobSum = kindBlob, ch.BlobSum.String()
 	}
-	if opts.Adopt && ch.Spool != nil && !byExtent {
+	if opts.Adopt && ch.Spool != nil && !(byExtent && ch.Keep > 0) {
 		in.adopt = ch.Spool
 	}
 	plan := in.planChanges
 	if byExtent {
-		// The chunks the changes touch are cut again whole, from the new
-		// content (src): their unchanged bytes are not in the spool.
-		in.src = src
 		plan = in.planExtentChanges
+		if ch.Keep > 0 {
+			// The chunks the changes touch are cut again whole, from the
+			// new content (src): their unchanged bytes are not in the
+			// spool.
+			in.src = src
+		} else {
+			in.useKnown(ch.Pieces) // the writer's cuts and sums
+		}
 	}
 	if err := plan(ch, pm); err != nil {
 		return nil, nil, inoErr("commit", ino, "", err)

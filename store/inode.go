@@ -493,14 +493,7 @@ func (s *Store) commitIno(ctx context.Context, ino uint64, src io.ReaderAt, size
 		in.adopt = f
 	}
 	in.hold = opts.Hold
-	for _, p := range pieces {
-		if p.Summed {
-			if in.known == nil {
-				in.known = make(map[int64]knownSum, len(pieces))
-			}
-			in.known[p.Off] = knownSum{n: p.N, sum: p.Sum}
-		}
-	}
+	in.useKnown(pieces)
 	in.movePins(ino, opts)
 	fi, err := in.run(ctx)
 	in.finish(err)
@@ -547,4 +540,18 @@ func commitTarget(tx *manifest.Tx, ino uint64) (*manifest.Inode, error) {
 		return nil, fs.ErrNotExist
 	}
 	return n, err
+}
+
+// useKnown takes the sums of pieces the writer computed (Changes.Pieces):
+// a chunk of the plan at a piece's offset and of its length is not hashed
+// again, and a content cut that lands on a piece's start takes its end.
+func (in *ingest) useKnown(pieces []Piece) {
+	for _, p := range pieces {
+		if p.Summed {
+			if in.known == nil {
+				in.known = make(map[int64]knownSum, len(pieces))
+			}
+			in.known[p.Off] = knownSum{n: p.N, sum: p.Sum}
+		}
+	}
 }
