@@ -34,7 +34,7 @@ func (s *Store) CutsByContent() bool { return s.cutsByContent() }
 
 func (s *Store) cutsByContent() bool {
 	_, ok := cdcParams(s.chunkSize)
-	return ok && !s.fixed
+	return ok && !s.fixed && s.Settings().Chunking != ChunkingFixed
 }
 
 // plainRegions covers [off, off+n) of a file of no parsed format: cut by

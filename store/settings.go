@@ -10,7 +10,8 @@ import (
 	"github.com/kvfs/kvfs/manifest"
 )
 
-// Settings are the store's capacity and retention settings. They live in
+// Settings are the store's capacity, retention and chunking settings.
+// They live in
 // the index (manifest.Tx.Setting), so that `kvfs config` offline and a
 // mount's flags set them for good, and the store keeps the current ones in
 // memory: a daemon applies a change made through its control socket at
@@ -23,13 +24,25 @@ type Settings struct {
 	LowWater int `json:"low_water"`
 	// Retention is the eviction order: RetentionLRU or RetentionCostSize.
 	Retention string `json:"retention"`
+	// Chunking is how files of no parsed format are cut from now on:
+	// ChunkingContent (where their bytes say, cdc.go) or ChunkingFixed
+	// (every C bytes from offset 0, as stores did before: cheaper to
+	// commit, but a copy shifted by a byte shares nothing). Files
+	// already stored keep their chunks.
+	Chunking string `json:"chunking"`
 }
 
+// Chunking settings.
+const (
+	ChunkingContent = "content"
+	ChunkingFixed   = "fixed"
+)
+
 // DefaultSettings are a store's settings until changed.
-var DefaultSettings = Settings{LowWater: 90, Retention: RetentionLRU}
+var DefaultSettings = Settings{LowWater: 90, Retention: RetentionLRU, Chunking: ChunkingContent}
 
 // SettingKeys are the names `kvfs config` takes.
-var SettingKeys = []string{"capacity", "low_water", "retention"}
+var SettingKeys = []string{"capacity", "low_water", "retention", "chunking"}
 
 // apply sets key to value in st, checking the value.
 func (st *Settings) apply(key, value string) error {
@@ -51,6 +64,11 @@ func (st *Settings) apply(key, value string) error {
 			return fmt.Errorf("setting retention=%s: %w", value, err)
 		}
 		st.Retention = value
+	case "chunking":
+		if value != ChunkingContent && value != ChunkingFixed {
+			return fmt.Errorf("setting chunking=%s: want %s or %s", value, ChunkingContent, ChunkingFixed)
+		}
+		st.Chunking = value
 	default:
 		return fmt.Errorf("setting %s=%s: unknown key %q (known: %s)", key, value, key, strings.Join(SettingKeys, ", "))
 	}
@@ -69,6 +87,7 @@ func (st Settings) values() map[string]string {
 		"capacity":  strconv.FormatInt(st.Capacity, 10),
 		"low_water": strconv.Itoa(st.LowWater),
 		"retention": st.Retention,
+		"chunking":  st.Chunking,
 	}
 }
 

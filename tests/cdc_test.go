@@ -5,8 +5,10 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -71,6 +73,33 @@ func TestContentCutThroughMount(t *testing.T) {
 	m.check(t)
 	m.start(t, "--metrics", addr)
 	check("after a remount")
+
+	// chunking=fixed, set through the daemon, cuts new files every C
+	// bytes: a copy shifted by a byte then shares nothing.
+	if out := kvfs(t, "config", m.store, "chunking=fixed"); !strings.Contains(out, "chunking=fixed") {
+		t.Fatalf("config: %s", out)
+	}
+	stored := func() int64 {
+		var st store.Stats
+		b, err := os.ReadFile(m.path(".kvfs/stats"))
+		if err != nil || json.Unmarshal(b, &st) != nil {
+			t.Fatalf("stats: %v %s", err, b)
+		}
+		return st.StoredBytes
+	}
+	before := stored()
+	part := base[:4<<20]
+	for i, b := range [][]byte{append([]byte("a"), part...), append([]byte("bc"), part...)} {
+		if err := os.WriteFile(m.path(fmt.Sprintf("fixed-%d", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grew := stored() - before; grew < 2*int64(len(part))-(1<<20) {
+		t.Fatalf("with chunking=fixed two shifted copies stored %d bytes, want about two copies", grew)
+	}
+	if out, err := exec.Command(kvfsBin, "config", m.store, "chunking=sometimes").CombinedOutput(); err == nil || !strings.Contains(string(out), "chunking=sometimes") {
+		t.Fatalf("a bad chunking setting: %v %s", err, out)
+	}
 }
 
 // TestHolesThroughMount: holes in new files of no parsed format (a

@@ -182,6 +182,8 @@ func TestFsckPlantedFaults(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMount(t)
+			// The victim is a's chunk 3: chunks every C bytes.
+			kvfs(t, "config", m.store, "chunking=fixed")
 			src := t.TempDir()
 			a := randFile(t, filepath.Join(src, "a"), 1<<20, 41)
 			b := append(append([]byte{}, a[:512<<10]...), randFile(t, filepath.Join(src, "tail"), 256<<10, 42)...)

@@ -115,6 +115,9 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
   capacity=SIZE    keep stored bytes under SIZE (K, M, G, T suffixes; 0: unlimited)
   low_water=PCT    eviction brings stored bytes down to PCT% of capacity (default 90)
   retention=lru|cost-size  which idle files go first
+  chunking=content|fixed   how files of no format kvfs parses are cut from
+                   now on: where their bytes say (default; shifted copies
+                   dedup), or every chunk-size bytes from offset 0 (docs/ENGINES.md)
 Settings are kept in the store. When the store is mounted they are changed
 through the daemon, which applies them at once. Unmounted, config only
 records them: the capacity is applied by the next kvfs put (after storing
@@ -174,7 +177,7 @@ by the next mount.`)
 	if got.Capacity > 0 {
 		capacity = fmt.Sprintf("%d (%s)", got.Capacity, formatBytes(got.Capacity))
 	}
-	fmt.Fprintf(stdout, "capacity=%s\nlow_water=%d%%\nretention=%s\n", capacity, got.LowWater, got.Retention)
+	fmt.Fprintf(stdout, "capacity=%s\nlow_water=%d%%\nretention=%s\nchunking=%s\n", capacity, got.LowWater, got.Retention, got.Chunking)
 	return nil
 }
 
