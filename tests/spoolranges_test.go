@@ -348,12 +348,20 @@ func init() {
 // read-write and writes 4 KiB at an unaligned offset that straddles two
 // chunks, then fsyncs. The spool holds only those chunks (not a copy of the
 // file), the commit hashes (those not hashed while written) and stores only
-// them (the daemon's metrics), and
-// the file reads back exactly as the model, from a new process, after a
-// remount too.
+// them (the daemon's metrics), and the file reads back exactly as the
+// model, from a new process, after a remount too. With chunks every C
+// bytes (chunking=fixed) the changed chunks are the two cells; with
+// content cuts, the chunks the change touches, cut again.
 func TestRewriteCommitsChangedChunks(t *testing.T) {
+	for _, chunking := range []string{"fixed", "content"} {
+		t.Run(chunking, func(t *testing.T) { rewriteCommitsChangedChunks(t, chunking) })
+	}
+}
+
+func rewriteCommitsChangedChunks(t *testing.T, chunking string) {
 	addr := freeAddr(t)
 	m := newMount(t, "--metrics", addr)
+	kvfs(t, "config", m.store, "chunking="+chunking)
 	const size = 64 << 20
 	const C = 64 << 10
 	p := m.path("big")
@@ -379,16 +387,31 @@ func TestRewriteCommitsChangedChunks(t *testing.T) {
 	if c := delta("kvfs_commits_total"); c != 1 {
 		t.Errorf("%g commits, want 1 (the fsync; the close has nothing left)", c)
 	}
-	// The first chunk, written to its end, may have been hashed while
-	// written already.
-	if h := delta("kvfs_commit_hashed_bytes_total"); h > 2*C || h < C {
-		t.Errorf("the commit hashed %g bytes, want at most the 2 changed chunks (%d), at least the second", h, 2*C)
-	}
-	if n := delta("kvfs_ingest_new_bytes_total"); n != 2*C {
-		t.Errorf("the commit stored %g new bytes, want the 2 changed chunks (%d)", n, 2*C)
-	}
-	if r := delta("kvfs_dedup_bytes_total"); r != size-2*C {
-		t.Errorf("the commit reused %g bytes, want every unchanged chunk (%d)", r, size-2*C)
+	if chunking == "fixed" {
+		// The first chunk, written to its end, may have been hashed while
+		// written already.
+		if h := delta("kvfs_commit_hashed_bytes_total"); h > 2*C || h < C {
+			t.Errorf("the commit hashed %g bytes, want at most the 2 changed chunks (%d), at least the second", h, 2*C)
+		}
+		if n := delta("kvfs_ingest_new_bytes_total"); n != 2*C {
+			t.Errorf("the commit stored %g new bytes, want the 2 changed chunks (%d)", n, 2*C)
+		}
+		if r := delta("kvfs_dedup_bytes_total"); r != size-2*C {
+			t.Errorf("the commit reused %g bytes, want every unchanged chunk (%d)", r, size-2*C)
+		}
+	} else {
+		// The changed cells and the content-cut chunks they touch (up to
+		// C each side), cut again; the new chunks are those that hold the
+		// 4 KiB, at most two cells' worth.
+		if h := delta("kvfs_commit_hashed_bytes_total"); h > 4*C || h < 4096 {
+			t.Errorf("the commit hashed %g bytes, want the chunks the change touches (at most %d)", h, 4*C)
+		}
+		if n := delta("kvfs_ingest_new_bytes_total"); n > 2*C || n < 4096 {
+			t.Errorf("the commit stored %g new bytes, want the chunks holding the change (at most %d)", n, 2*C)
+		}
+		if r := delta("kvfs_dedup_bytes_total"); r < size-4*C {
+			t.Errorf("the commit reused %g bytes, want every chunk the change does not touch (at least %d)", r, size-4*C)
+		}
 	}
 	checkFile := func(when string) {
 		got, err := os.ReadFile(p)
