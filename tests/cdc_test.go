@@ -4,15 +4,12 @@ package tests
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/kvfs/kvfs/store"
 )
 
 // TestContentCutThroughMount: files of no format the store parses,
@@ -51,11 +48,7 @@ func TestContentCutThroughMount(t *testing.T) {
 	if h2-h1 < float64(len(other))/2 {
 		t.Errorf("the commit of a file rewritten out of order hashed %g of its %d bytes: sums taken from out-of-order writes", h2-h1, len(other))
 	}
-	var st store.Stats
-	b, err := os.ReadFile(m.path(".kvfs/stats"))
-	if err != nil || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("stats: %v %s", err, b)
-	}
+	st := mountStats(t, m)
 	if ratio := float64(st.StoredBytes) / float64(len(base)); ratio > 1.1 {
 		t.Errorf("three shifted copies and a part stored %.3f× one copy, want at most 1.1×", ratio)
 	}
@@ -79,22 +72,14 @@ func TestContentCutThroughMount(t *testing.T) {
 	if out := kvfs(t, "config", m.store, "chunking=fixed"); !strings.Contains(out, "chunking=fixed") {
 		t.Fatalf("config: %s", out)
 	}
-	stored := func() int64 {
-		var st store.Stats
-		b, err := os.ReadFile(m.path(".kvfs/stats"))
-		if err != nil || json.Unmarshal(b, &st) != nil {
-			t.Fatalf("stats: %v %s", err, b)
-		}
-		return st.StoredBytes
-	}
-	before := stored()
+	before := storedBytes(t, m)
 	part := base[:4<<20]
 	for i, b := range [][]byte{append([]byte("a"), part...), append([]byte("bc"), part...)} {
 		if err := os.WriteFile(m.path(fmt.Sprintf("fixed-%d", i)), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if grew := stored() - before; grew < 2*int64(len(part))-(1<<20) {
+	if grew := storedBytes(t, m) - before; grew < 2*int64(len(part))-(1<<20) {
 		t.Fatalf("with chunking=fixed two shifted copies stored %d bytes, want about two copies", grew)
 	}
 	if out, err := exec.Command(kvfsBin, "config", m.store, "chunking=sometimes").CombinedOutput(); err == nil || !strings.Contains(string(out), "chunking=sometimes") {
@@ -125,11 +110,7 @@ func TestHolesThroughMount(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var st store.Stats
-	b, err := os.ReadFile(m.path(".kvfs/stats"))
-	if err != nil || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("stats: %v %s", err, b)
-	}
+	st := mountStats(t, m)
 	if st.ZeroBytes < 18<<30-1<<20 || st.StoredBytes > 1<<20 {
 		t.Fatalf("stats %+v: want the holes as zero runs", st)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/llamastate/llamastatetest"
-	"github.com/kvfs/kvfs/store"
 )
 
 // TestLlamaStateThroughMount: llama.cpp state files written into the
@@ -36,11 +35,7 @@ func TestLlamaStateThroughMount(t *testing.T) {
 			sh(t, fmt.Sprintf("dd if=%s of='%s' bs=4093 conv=fsync status=none", p, dst))
 		}
 	}
-	var st store.Stats
-	b, err := os.ReadFile(m.path(".kvfs/stats"))
-	if err != nil || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("stats: %v %s", err, b)
-	}
+	st := mountStats(t, m)
 	ratio := float64(st.StoredBytes) / float64(ideal)
 	t.Logf("stored %d bytes of %d, ideal %d: %.3f× the ideal", st.StoredBytes, st.LogicalBytes, ideal, ratio)
 	if ratio > 1.5 {

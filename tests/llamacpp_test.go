@@ -73,14 +73,18 @@ func llamaIdeal(t *testing.T, paths []string) (ideal, logical int64) {
 	return ideal, logical
 }
 
-func storedBytes(t *testing.T, m *mount) int64 {
+// mountStats reads the mount's /.kvfs/stats.
+func mountStats(t *testing.T, m *mount) store.Stats {
+	t.Helper()
 	var st store.Stats
 	b, err := os.ReadFile(m.path(".kvfs/stats"))
 	if err != nil || json.Unmarshal(b, &st) != nil {
 		t.Fatalf("stats: %v %s", err, b)
 	}
-	return st.StoredBytes
+	return st
 }
+
+func storedBytes(t *testing.T, m *mount) int64 { return mountStats(t, m).StoredBytes }
 
 // TestLlamaCppStateFiles: a real llama.cpp saves each turn of a growing
 // conversation, and of a second that shares its first 2000 tokens, into
