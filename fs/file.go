@@ -371,9 +371,10 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 			sp.trackWhole()
 		case snapshot:
 			sp.trackPieces(f.fsys.s.SnapshotPieces, nil)
-		case f.fsys.s.CutsByContent():
-			// Whatever its name: a snapshot by its magic, anything the
-			// store parses no format of by its content.
+		default:
+			// Whatever its name: a snapshot by its magic, a llama.cpp
+			// state file by its, and, where the store cuts by content,
+			// anything it parses no format of.
 			sp.trackPieces(f.fsys.s.ContentPieces, f.fsys.s.CutSegment)
 		}
 	}

@@ -40,8 +40,20 @@ type pieceHasher struct {
 	// order too (gapAt is how far) and before any piece is planned, which
 	// only the header allows. Other writes below inOrder break the order.
 	first, gapAt int64
-	q            chan store.Piece
-	done         *sync.WaitGroup // the spool's hashing
+	// planAt is how far the file must be written before the plan is
+	// asked again, after it asked for more: twice as far, so that a
+	// head parsed from the start (a llama.cpp file's cells) is parsed
+	// a logarithmic number of times, whatever the writes' size.
+	planAt int64
+	// view is what the plan reads the file through: the write being
+	// recorded, or the spool.
+	view *writeView
+	// group is pieces yielded but not yet queued: adjacent small ones
+	// (a transposed V's channel runs, of a few KiB) go to a hasher
+	// together, read in one pread.
+	group pieceJob
+	q     chan pieceJob
+	done  *sync.WaitGroup // the spool's hashing
 	// summed are the pieces hashed, in no order: appended by the
 	// hashers under mu, read once the spool's hashing is done.
 	mu     sync.Mutex
@@ -56,6 +68,35 @@ type pieceHasher struct {
 	cut, cutter func(data []byte, off int64) []store.Piece
 }
 
+// pieceJob is a span of the file to read and hash: one piece, a segment to
+// cut, or adjacent pieces (parts) read together.
+type pieceJob struct {
+	store.Piece
+	parts []store.Piece
+}
+
+// groupBytes is how many bytes of adjacent pieces shorter than it a
+// hasher reads at once.
+const groupBytes = 256 << 10
+
+// writeView reads a file being written: from the write being recorded,
+// where it holds the bytes asked for, or from the spool, which waits for
+// the writes answered early (asyncwrite.go). A llama.cpp file's plan
+// reads each block's header as the writes pass it: from the write, which
+// does not wait.
+type writeView struct {
+	sp   io.ReaderAt
+	data []byte // the write being recorded, at off
+	off  int64
+}
+
+func (v *writeView) ReadAt(p []byte, off int64) (int, error) {
+	if off >= v.off && off+int64(len(p)) <= v.off+int64(len(v.data)) {
+		return copy(p, v.data[off-v.off:]), nil
+	}
+	return v.sp.ReadAt(p, off)
+}
+
 // pieceQueue is how many written pieces may wait to be hashed (256 MiB
 // of 64 KiB chunks, 224 KiB of queue). A write that finds the queue full
 // waits for the hashers (they need none of the writer's locks): left to
@@ -68,18 +109,21 @@ const pieceQueue = 4096
 // are written; plan makes the store's plan from the bytes written so far
 // (Store.SnapshotPieces). Called before the first write.
 func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, error), cutter func([]byte, int64) []store.Piece) {
-	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1, cutter: cutter}
+	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1, cutter: cutter,
+		view: &writeView{sp: sp}}
 	if sp.stored != nil {
 		sp.pieces.wroteNew = sp.wroteNew
 	}
 }
 
-// wrote records a write of n bytes at off (err: it failed, in part or
-// whole), and queues the pieces it completed.
-func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
+// wrote records a write of data, of which n bytes landed at off (err: it
+// failed, in part or whole), and queues the pieces it completed.
+func (h *pieceHasher) wrote(data []byte, off, n int64, err error) {
 	if h.inOrder < 0 {
 		return
 	}
+	h.view.data, h.view.off = data[:n], off
+	defer func() { h.view.data = nil }()
 	if err != nil {
 		h.broken()
 		return
@@ -100,11 +144,12 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 		return
 	}
 	if h.p == nil {
-		if h.first > 0 && h.gapAt < h.first {
+		if h.first > 0 && h.gapAt < h.first || h.inOrder < h.planAt {
 			return // planned once the whole hole is written
 		}
-		p, err := h.plan(src, h.inOrder) // all of it written from 0 on
+		p, err := h.plan(h.view, h.inOrder) // all of it written from 0 on
 		if errors.Is(err, store.ErrMorePieces) {
+			h.planAt = 2 * h.inOrder
 			return
 		}
 		if err != nil {
@@ -119,17 +164,39 @@ func (h *pieceHasher) wrote(src io.ReaderAt, off, n int64, err error) {
 	for {
 		off, n, ok := h.p.Next(h.inOrder)
 		if !ok {
-			return
+			break
 		}
-		if h.q == nil {
-			h.q = make(chan store.Piece, pieceQueue)
-			for range hashWorkers() {
-				go h.run(h.q)
-			}
+		g := &h.group
+		if g.N > 0 && (off != g.Off+g.N || g.N >= groupBytes || h.cut != nil) {
+			h.queue()
 		}
-		h.done.Add(1)
-		h.q <- store.Piece{Off: off, N: n}
+		if g.N == 0 {
+			g.Off = off
+		}
+		g.N += n
+		g.parts = append(g.parts, store.Piece{Off: off, N: n})
 	}
+	h.queue()
+}
+
+// queue hands the pieces grouped so far to the hashers.
+func (h *pieceHasher) queue() {
+	g := h.group
+	if g.N == 0 {
+		return
+	}
+	h.group = pieceJob{}
+	if len(g.parts) == 1 {
+		g.parts = nil // the span is the piece (or the segment)
+	}
+	if h.q == nil {
+		h.q = make(chan pieceJob, pieceQueue)
+		for range hashWorkers() {
+			go h.run(h.q)
+		}
+	}
+	h.done.Add(1)
+	h.q <- g
 }
 
 // piecesCover reports whether the pieces' hashes stand in for the cells':
@@ -155,19 +222,23 @@ func (h *pieceHasher) truncated(size int64) {
 }
 
 // run hashes queued pieces; a segment, it cuts first (h.cut).
-func (h *pieceHasher) run(q <-chan store.Piece) {
+func (h *pieceHasher) run(q <-chan pieceJob) {
 	var buf []byte
-	for p := range q {
-		if int64(len(buf)) < p.N {
-			buf = make([]byte, max(p.N, h.C))
+	for j := range q {
+		if int64(len(buf)) < j.N {
+			buf = make([]byte, max(j.N, h.C))
 		}
-		if b := buf[:p.N]; h.read(b, p.Off) {
-			pieces := []store.Piece{p}
-			if h.cut != nil {
-				pieces = h.cut(b, p.Off)
+		if b := buf[:j.N]; h.read(b, j.Off) {
+			pieces := j.parts
+			switch {
+			case pieces != nil:
+			case h.cut != nil:
+				pieces = h.cut(b, j.Off)
+			default:
+				pieces = []store.Piece{j.Piece}
 			}
 			for _, c := range pieces {
-				c.Sum, c.Summed = blockstore.Sum(b[c.Off-p.Off:][:c.N]), true
+				c.Sum, c.Summed = blockstore.Sum(b[c.Off-j.Off:][:c.N]), true
 				h.mu.Lock()
 				h.summed = append(h.summed, c)
 				h.mu.Unlock()

@@ -323,7 +323,7 @@ func (sp *spool) write(data []byte, off int64) (int, error) {
 	}
 	sp.writeAhead(off, int64(n))
 	if sp.pieces != nil {
-		sp.pieces.wrote(sp, off, int64(n), err)
+		sp.pieces.wrote(data, off, int64(n), err)
 	}
 	if err == nil && !sp.noHash && !sp.piecesCover() {
 		// Every cell whose end the write reached: in order, it is done.

@@ -37,3 +37,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHead: the head and walk of hostile bytes, read as a file being
+// written, fail or return blocks in order, each after its header and
+// within the bytes given; they never panic or loop. The seed corpus
+// (testdata/fuzz/FuzzHead) holds small files of every shape.
+func FuzzHead(f *testing.F) {
+	for _, s := range specs {
+		f.Add(llamastatetest.Write(s, tokens(3)))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		src := bytes.NewReader(b)
+		h, err := llamastate.ParseHead(src, int64(len(b)))
+		if err != nil {
+			return
+		}
+		_ = h.KeyPrefix()
+		w := h.Walk()
+		pos := h.K0.Off
+		for i := 0; ; i++ {
+			blk, ok, err := w.Next(src, int64(len(b)))
+			if err != nil || !ok {
+				return
+			}
+			if i > 2*int(h.Layers) || blk.Off < pos || blk.Off > int64(len(b)) || blk.Rows < 0 || blk.RowBytes < 0 {
+				t.Fatalf("block %d: %+v after %d of %d", i, blk, pos, len(b))
+			}
+			pos = blk.End()
+		}
+	})
+}

@@ -106,8 +106,20 @@ func (f *File) DataStart() int64 {
 
 // Key identifies files whose blocks correspond: the same magic, version,
 // architecture, caches, streams, and per block the same type, width and
-// channels. Only the cell and token counts may differ.
+// channels. Only the cell and token counts may differ. It begins with the
+// head's key (Head.KeyPrefix), so that the files a file being written may
+// share rows with are found from its head.
 func (f *File) Key() string {
+	var k0 Block
+	var vtrans bool
+	var layers uint32
+	if len(f.Caches) > 0 && len(f.Caches[0].Streams) > 0 {
+		st := f.Caches[0].Streams[0]
+		vtrans, layers = st.VTrans, uint32(len(st.K))
+		if len(st.K) > 0 {
+			k0 = st.K[0]
+		}
+	}
 	h := sha256.New()
 	n := func(v uint64) { h.Write(binary.AppendUvarint(nil, v)) }
 	n(uint64(f.Magic))
@@ -138,7 +150,7 @@ func (f *File) Key() string {
 			}
 		}
 	}
-	return "llama:" + hex.EncodeToString(h.Sum(nil))
+	return keyPrefix(headKey(f.Magic, f.Version, f.Arch, vtrans, layers, k0)) + hex.EncodeToString(h.Sum(nil))
 }
 
 // Parse reads the layout of the state file src of size bytes; name is
@@ -168,6 +180,9 @@ type reader struct {
 	win    []byte // the file's bytes from winOff
 	winOff int64
 	err    error
+	// short: err is that the bytes end before a field or a run does,
+	// which for a file still being written (ParseHead) means not yet.
+	short bool
 }
 
 // window is how much reader reads at a time: the cells' metadata is read
@@ -187,6 +202,7 @@ func (r *reader) bytes(b []byte) {
 	n := int64(len(b))
 	if n > r.size-r.off {
 		r.fail("%d bytes past the end (%d)", n-(r.size-r.off), r.size)
+		r.short = true
 		return
 	}
 	if r.off < r.winOff || r.off+n > r.winOff+int64(len(r.win)) {
@@ -227,6 +243,7 @@ func (r *reader) skip(n int64) {
 	}
 	if n < 0 || n > r.size-r.off {
 		r.fail("a run of %d bytes past the end (%d)", n, r.size)
+		r.short = n >= 0
 		return
 	}
 	r.off += n
@@ -237,6 +254,17 @@ func (r *reader) product(a, b uint64, what string) int64 {
 	hi, lo := bits.Mul64(a, b)
 	if hi != 0 || lo > math.MaxInt64 || int64(lo) > r.size-r.off {
 		r.fail("%s: %d × %d bytes, past the end of the file (%d)", what, a, b, r.size)
+		r.short = hi == 0 && lo <= math.MaxInt64
+		return 0
+	}
+	return int64(lo)
+}
+
+// mul returns a×b, failing on overflow.
+func (r *reader) mul(a, b uint64, what string) int64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 || lo > math.MaxInt64 {
+		r.fail("%s: %d × %d bytes", what, a, b)
 		return 0
 	}
 	return int64(lo)
@@ -250,26 +278,9 @@ func parse(src io.ReaderAt, size int64, ext bool) (*File, error) {
 		return nil, ErrNotState
 	}
 	f := &File{Magic: binary.LittleEndian.Uint32(pre[:]), Version: binary.LittleEndian.Uint32(pre[4:]), Size: size}
-	nTok := binary.LittleEndian.Uint32(pre[8:])
-	tb := make([]byte, r.product(uint64(nTok), 4, "tokens"))
-	r.bytes(tb)
+	r.preamble(f, binary.LittleEndian.Uint32(pre[8:]))
 	if r.err != nil {
 		return nil, r.err
-	}
-	f.Tokens = make([]uint32, nTok)
-	for i := range f.Tokens {
-		f.Tokens[i] = binary.LittleEndian.Uint32(tb[4*i:])
-	}
-	if f.Magic == MagicSession {
-		n := r.u32()
-		if n > maxArchName {
-			r.fail("architecture name of %d bytes", n)
-		}
-		if r.err == nil {
-			b := make([]byte, n)
-			r.bytes(b)
-			f.Arch = string(b)
-		}
 	}
 	for r.err == nil && r.off < size {
 		if len(f.Caches) == maxCaches {
@@ -287,6 +298,31 @@ func parse(src io.ReaderAt, size int64, ext bool) (*File, error) {
 	return f, nil
 }
 
+// preamble reads the nTok tokens after the magic, version and count,
+// and a session file's architecture name.
+func (r *reader) preamble(f *File, nTok uint32) {
+	tb := make([]byte, r.product(uint64(nTok), 4, "tokens"))
+	r.bytes(tb)
+	if r.err != nil {
+		return
+	}
+	f.Tokens = make([]uint32, nTok)
+	for i := range f.Tokens {
+		f.Tokens[i] = binary.LittleEndian.Uint32(tb[4*i:])
+	}
+	if f.Magic == MagicSession {
+		n := r.u32()
+		if n > maxArchName {
+			r.fail("architecture name of %d bytes", n)
+		}
+		if r.err == nil {
+			b := make([]byte, n)
+			r.bytes(b)
+			f.Arch = string(b)
+		}
+	}
+}
+
 // cache reads one KV cache's streams.
 func (r *reader) cache(ext bool) Cache {
 	var c Cache
@@ -302,9 +338,28 @@ func (r *reader) cache(ext bool) Cache {
 
 // stream reads one stream: its cells' metadata, then its blocks.
 func (r *reader) stream(ext bool) Stream {
-	st := Stream{Cells: r.u32(), Ext: ext}
+	st, layers := r.streamHead(ext)
 	if r.err != nil || st.Cells == 0 {
 		return st
+	}
+	for l := uint32(0); l < 2*layers && r.err == nil; l++ {
+		b := r.block(st.Cells, st.VTrans && l >= layers)
+		r.skip(r.product(uint64(b.Rows), uint64(b.RowBytes), "a layer's rows"))
+		if l < layers {
+			st.K = append(st.K, b)
+		} else {
+			st.V = append(st.V, b)
+		}
+	}
+	return st
+}
+
+// streamHead reads a stream's cell count, its cells' metadata, v_trans
+// and its layer count: all that comes before its blocks.
+func (r *reader) streamHead(ext bool) (st Stream, layers uint32) {
+	st = Stream{Cells: r.u32(), Ext: ext}
+	if r.err != nil || st.Cells == 0 {
+		return st, 0
 	}
 	cells := uint64(st.Cells)
 	per := uint64(8)
@@ -326,41 +381,36 @@ func (r *reader) stream(ext bool) Stream {
 		r.skip(r.product(uint64(nSeq), 4, "sequence ids"))
 	}
 	vt := r.u32()
-	layers := r.u32()
+	layers = r.u32()
 	if r.err != nil {
-		return st
+		return st, 0
 	}
 	if vt > 1 || layers == 0 || layers > maxLayers {
 		r.fail("v_trans %d, %d layers", vt, layers)
-		return st
+		return st, 0
 	}
 	st.VTrans = vt == 1
-	rowBlock := func() Block {
+	return st, layers
+}
+
+// block reads a block's header, a K block's or a V block's (transposed:
+// vtrans), and returns the block from just past it; its data, which the
+// caller skips, need not be there yet.
+func (r *reader) block(cells uint32, vtrans bool) Block {
+	if !vtrans {
 		b := Block{Type: int32(r.u32()), Width: r.u64()}
 		if r.err == nil && b.Width == 0 {
 			r.fail("rows of 0 bytes")
 		}
 		b.Off, b.Rows = r.off, 1
-		b.RowBytes = r.product(cells, b.Width, "a layer's rows")
-		r.skip(b.RowBytes)
+		b.RowBytes = r.mul(uint64(cells), b.Width, "a layer's rows")
 		return b
 	}
-	for l := uint32(0); l < layers && r.err == nil; l++ {
-		st.K = append(st.K, rowBlock())
+	b := Block{Type: int32(r.u32()), Width: uint64(r.u32()), Channels: r.u32()}
+	if r.err == nil && (b.Width == 0 || b.Channels == 0) {
+		r.fail("V of %d channels of %d-byte elements", b.Channels, b.Width)
 	}
-	for l := uint32(0); l < layers && r.err == nil; l++ {
-		if !st.VTrans {
-			st.V = append(st.V, rowBlock())
-			continue
-		}
-		b := Block{Type: int32(r.u32()), Width: uint64(r.u32()), Channels: r.u32()}
-		if r.err == nil && (b.Width == 0 || b.Channels == 0) {
-			r.fail("V of %d channels of %d-byte elements", b.Channels, b.Width)
-		}
-		b.Off, b.Rows = r.off, int64(b.Channels)
-		b.RowBytes = r.product(cells, b.Width, "a channel's run")
-		r.skip(r.product(uint64(b.Channels), uint64(b.RowBytes), "a layer's channels"))
-		st.V = append(st.V, b)
-	}
-	return st
+	b.Off, b.Rows = r.off, int64(b.Channels)
+	b.RowBytes = r.mul(uint64(cells), b.Width, "a channel's run")
+	return b
 }

@@ -631,6 +631,23 @@ func (t *Tx) Snapshots(layout string, fn func(ino uint64, tokens []byte) error) 
 	return nil
 }
 
+// SnapshotsUnder calls fn with each snapshot whose layout key begins with
+// prefix, its key and its tokens: the files a file being written may
+// share rows with, when only the start of its key is known yet
+// (llamastate.Head.KeyPrefix). tokens is valid only during the call.
+func (t *Tx) SnapshotsUnder(prefix string, fn func(layout string, ino uint64, tokens []byte) error) error {
+	c := t.b(bucketSnaps).Cursor()
+	for k, v := c.Seek([]byte(prefix)); k != nil && bytes.HasPrefix(k, []byte(prefix)); k, v = c.Next() {
+		if len(k) < len(prefix)+8 {
+			continue
+		}
+		if err := fn(string(k[:len(k)-8]), binary.BigEndian.Uint64(k[len(k)-8:]), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // IsOrphan reports whether an inode is an orphan.
 func (t *Tx) IsOrphan(ino uint64) bool { return t.b(bucketOrphans).Get(u64key(ino)) != nil }
 

@@ -29,7 +29,8 @@ const cdcSegment = 1 << 20
 var ErrNotContentCut = errors.New("not cut by content")
 
 // ContentPieces makes the PiecePlan of a new file from its first n bytes
-// (src): a snapshot's (SnapshotPieces) or, for a file of no format the
+// (src): a snapshot's (SnapshotPieces), a llama.cpp state file's
+// (llamapieces.go) or, for a file of no format the
 // store parses when the store cuts by content, one that yields segments
 // of cdcSegment bytes to cut with CutSegment. It returns ErrMorePieces
 // until the bytes that tell the format apart are written, and an error
@@ -45,6 +46,8 @@ func (s *Store) ContentPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 			return nil, ErrMorePieces
 		}
 		return s.SnapshotPieces(src, n)
+	case kindLlama:
+		return s.llamaPieces(src, n)
 	case kindPlain:
 		if !s.cutsByContent() {
 			return nil, ErrNotContentCut

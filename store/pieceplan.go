@@ -49,6 +49,10 @@ type PiecePlan struct {
 	pos       int64   // the cursor within the header or the row
 	cuts      []int64 // the row's first chunks: its parent's
 	cut       int     // the next of cuts
+	// grow, for a file whose rows are found as it is written (a
+	// llama.cpp state file's, llamapieces.go), appends the slots whose
+	// headers lie below upto; nil once there are no more.
+	grow func(p *PiecePlan, upto int64)
 }
 
 // planSlot is a tensor's rows, and its index among the snapshot's
@@ -112,13 +116,8 @@ func (p *PiecePlan) enterRow(i int, row int64) {
 	if p.parent == nil || i >= len(p.slots) {
 		return
 	}
-	var sum int64
-	for _, pc := range p.parent.row(p.slots[i].idx, row) {
-		if pc.n <= 0 || sum+pc.n > p.slots[i].rowBytes {
-			break
-		}
+	for _, pc := range p.parent.row(p.slots[i].idx, row, p.slots[i].rowBytes) {
 		p.cuts = append(p.cuts, pc.n)
-		sum += pc.n
 	}
 }
 
@@ -141,6 +140,13 @@ func (p *PiecePlan) Next(upto int64) (off, n int64, ok bool) {
 		case p.i < len(p.slots):
 			sl := p.slots[p.i]
 			start, length = sl.off+p.row*sl.rowBytes, sl.rowBytes
+		case p.grow != nil:
+			n := len(p.slots)
+			if p.grow(p, upto); len(p.slots) == n {
+				return 0, 0, false
+			}
+			p.enterRow(p.i, 0) // its parent's chunks: the slot is new
+			continue
 		default:
 			return 0, 0, false
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"hash/crc32"
 	"io"
+	"math/bits"
 	"path"
 	"regexp"
 	"sort"
@@ -236,13 +237,18 @@ const minRunBytes = 256
 func llamaSlots(f *llamastate.File) []slotRows {
 	var out []slotRows
 	for _, b := range f.Blocks() {
-		sl := slotRows{off: b.Off, rows: b.Rows, rowBytes: b.RowBytes}
-		if sl.rows > 1 && sl.rowBytes < minRunBytes {
-			sl.rows, sl.rowBytes = 1, b.Rows*b.RowBytes
-		}
-		out = append(out, sl)
+		out = append(out, llamaSlot(b))
 	}
 	return out
+}
+
+// llamaSlot returns a block's rows (llamaSlots).
+func llamaSlot(b llamastate.Block) slotRows {
+	sl := slotRows{off: b.Off, rows: b.Rows, rowBytes: b.RowBytes}
+	if sl.rows > 1 && sl.rowBytes < minRunBytes {
+		sl.rows, sl.rowBytes = 1, b.Rows*b.RowBytes
+	}
+	return sl
 }
 
 // llamaRows parses a committed llama.cpp state file's rows, for a child
@@ -438,7 +444,7 @@ func rowRegions(headerEnd int64, slots []slotRows, size int64, parent *parentSna
 		for r := int64(0); r < sl.rows; r++ {
 			reg := region{off: sl.off + r*sl.rowBytes, n: sl.rowBytes, row: true}
 			if parent != nil {
-				reg.parent = parent.row(i, r)
+				reg.parent = parent.row(i, r, sl.rowBytes)
 			}
 			out = append(out, reg)
 		}
@@ -452,21 +458,25 @@ func rowRegions(headerEnd int64, slots []slotRows, size int64, parent *parentSna
 
 // parentSnap is a committed snapshot whose rows a new one may reuse.
 type parentSnap struct {
-	ino    uint64
-	slots  []slotRows
-	starts []int64 // file offset of each extent
-	m      manifest.Manifest
+	ino uint64
+	// common is how many leading tokens it shares with the new file, of
+	// its tokens in all and the new file's (child).
+	common, tokens, child int
+	slots                 []slotRows
+	starts                []int64 // file offset of each extent
+	m                     manifest.Manifest
 }
 
 // row returns the parent's chunks of row r of tensor i, from the row's
-// start: empty if the parent has no such row or did not cut it at its
-// start.
-func (p *parentSnap) row(i int, r int64) []parentChunk {
+// start, for a row of rowBytes of the new file: empty if the parent has no
+// such row or did not cut it at its start; only those that lie within the
+// bytes of the tokens the two share (shared).
+func (p *parentSnap) row(i int, r, rowBytes int64) []parentChunk {
 	if i >= len(p.slots) || r >= p.slots[i].rows {
 		return nil
 	}
 	start := p.slots[i].off + r*p.slots[i].rowBytes
-	end := start + p.slots[i].rowBytes
+	end := start + min(p.slots[i].rowBytes, p.shared(rowBytes))
 	k := sort.Search(len(p.starts), func(k int) bool { return p.starts[k] >= start })
 	var out []parentChunk
 	for ; k < len(p.m) && p.starts[k] == start && start < end; k++ {
@@ -480,20 +490,56 @@ func (p *parentSnap) row(i int, r int64) []parentChunk {
 	return out
 }
 
+// shared is how much of a new file's row of rowBytes holds the tokens it
+// shares with the parent: all of it when the parent's tokens are a prefix
+// of its own. When a conversation branches, the parent's chunks past the
+// tokens they share hold other tokens' keys and values, and were hashed
+// at the commit only to find that they did not match (2048 of the 2055
+// chunks a branch's commit hashed, TestLlamaPieces). A row's bytes are
+// taken to be its tokens', in order; for one that is not, a chunk past
+// the share goes unmatched.
+func (p *parentSnap) shared(rowBytes int64) int64 {
+	if p.common >= p.tokens || p.child <= 0 || p.common > p.child {
+		return rowBytes
+	}
+	hi, lo := bits.Mul64(uint64(rowBytes), uint64(p.common))
+	q, _ := bits.Div64(hi, lo, uint64(p.child))
+	return int64(q)
+}
+
 // findParent returns the committed file of layout key with the longest
 // common token prefix with tokens, its rows read by rows, or nil.
 func (s *Store) findParent(key string, tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error)) *parentSnap {
+	return s.bestParent(tokens, rows, func(tx *manifest.Tx, fn func(string, uint64, []byte) error) error {
+		return tx.Snapshots(key, func(ino uint64, tb []byte) error { return fn(key, ino, tb) })
+	})
+}
+
+// findParentUnder is findParent among the files of every layout key that
+// begins with prefix (a file being written, whose key is known only in
+// part): the parent's own key must be what its rows say.
+func (s *Store) findParentUnder(prefix string, tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error)) *parentSnap {
+	return s.bestParent(tokens, rows, func(tx *manifest.Tx, fn func(string, uint64, []byte) error) error {
+		return tx.SnapshotsUnder(prefix, fn)
+	})
+}
+
+// bestParent returns the file of the longest common token prefix with
+// tokens among those scan calls fn with, if its rows (read by rows) are
+// of the layout key it is indexed under.
+func (s *Store) bestParent(tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error), scan func(*manifest.Tx, func(layout string, ino uint64, tokens []byte) error) error) *parentSnap {
 	var best uint64
-	bestLen := 0
+	var key string
+	bestLen, bestTokens := 0, 0
 	s.db.View(func(tx *manifest.Tx) error {
-		return tx.Snapshots(key, func(ino uint64, tb []byte) error {
+		return scan(tx, func(layout string, ino uint64, tb []byte) error {
 			n := min(len(tb)/4, len(tokens))
 			l := 0
 			for l < n && binary.LittleEndian.Uint32(tb[4*l:]) == tokens[l] {
 				l++
 			}
 			if l > bestLen {
-				best, bestLen = ino, l
+				best, key, bestLen, bestTokens = ino, layout, l, len(tb)/4
 			}
 			return nil
 		})
@@ -510,7 +556,7 @@ func (s *Store) findParent(key string, tokens []uint32, rows func(io.ReaderAt, i
 	if err != nil || pkey != key {
 		return nil
 	}
-	p := &parentSnap{ino: best, slots: slots, m: f.m}
+	p := &parentSnap{ino: best, slots: slots, m: f.m, common: bestLen, tokens: bestTokens, child: len(tokens)}
 	var off int64
 	for _, e := range f.m {
 		p.starts = append(p.starts, off)
