@@ -363,7 +363,7 @@ func (f *fileNode) startSpool(ctx context.Context, empty bool) syscall.Errno {
 	}
 	sp.asyncMem = f.fsys.asyncMem
 	if !f.fsys.noWriteHash {
-		sp.stored = f.fsys.s.HasChunk
+		sp.stored, sp.storedAll = f.fsys.s.HasChunk, f.fsys.s.HasChunks
 	}
 	if !f.fsys.noWriteHash && (base == nil || base.Size() == 0) {
 		switch {

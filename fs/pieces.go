@@ -59,8 +59,10 @@ type pieceHasher struct {
 	mu     sync.Mutex
 	summed []store.Piece
 	read   func(buf []byte, off int64) bool
-	// wroteNew, when set, is told of each piece hashed (spool.wroteNew).
-	wroteNew func(off, n int64, sum blockstore.ID)
+	// wroteNew, when set, is told of the pieces hashed, a job's at a
+	// time, and of those known stored: their parent's chunks
+	// (spool.wroteNewPieces).
+	wroteNew func(pieces []store.Piece, stored []bool)
 	C        int64
 	// cut, for a plan of segments (a file cut by its content), cuts a
 	// segment into the chunks to hash (Store.CutSegment); cutter is the
@@ -68,11 +70,19 @@ type pieceHasher struct {
 	cut, cutter func(data []byte, off int64) []store.Piece
 }
 
-// pieceJob is a span of the file to read and hash: one piece, a segment to
-// cut, or adjacent pieces (parts) read together.
+// pieceJob is a span of the file to read and hash: a segment to cut, or
+// adjacent pieces (parts) read together, each with the parent's chunk it
+// was cut as, if it was (expect).
 type pieceJob struct {
 	store.Piece
-	parts []store.Piece
+	parts  []store.Piece
+	expect []expectedChunk
+}
+
+// expectedChunk is PiecePlan.Parent's answer for a piece.
+type expectedChunk struct {
+	id blockstore.ID
+	ok bool
 }
 
 // groupBytes is how many bytes of adjacent pieces shorter than it a
@@ -112,7 +122,7 @@ func (sp *spool) trackPieces(plan func(io.ReaderAt, int64) (*store.PiecePlan, er
 	sp.pieces = &pieceHasher{plan: plan, done: &sp.hashing, read: sp.readRange, C: sp.C, first: -1, cutter: cutter,
 		view: &writeView{sp: sp}}
 	if sp.stored != nil {
-		sp.pieces.wroteNew = sp.wroteNew
+		sp.pieces.wroteNew = sp.wroteNewPieces
 	}
 }
 
@@ -175,6 +185,8 @@ func (h *pieceHasher) wrote(data []byte, off, n int64, err error) {
 		}
 		g.N += n
 		g.parts = append(g.parts, store.Piece{Off: off, N: n})
+		id, ok := h.p.Parent()
+		g.expect = append(g.expect, expectedChunk{id, ok})
 	}
 	h.queue()
 }
@@ -186,9 +198,6 @@ func (h *pieceHasher) queue() {
 		return
 	}
 	h.group = pieceJob{}
-	if len(g.parts) == 1 {
-		g.parts = nil // the span is the piece (or the segment)
-	}
 	if h.q == nil {
 		h.q = make(chan pieceJob, pieceQueue)
 		for range hashWorkers() {
@@ -229,22 +238,21 @@ func (h *pieceHasher) run(q <-chan pieceJob) {
 			buf = make([]byte, max(j.N, h.C))
 		}
 		if b := buf[:j.N]; h.read(b, j.Off) {
-			pieces := j.parts
-			switch {
-			case pieces != nil:
-			case h.cut != nil:
-				pieces = h.cut(b, j.Off)
-			default:
-				pieces = []store.Piece{j.Piece}
+			pieces, expect := j.parts, j.expect
+			if h.cut != nil {
+				pieces, expect = h.cut(b, j.Off), nil // j is one segment
 			}
-			for _, c := range pieces {
+			stored := make([]bool, len(pieces))
+			for i := range pieces {
+				c := &pieces[i]
 				c.Sum, c.Summed = blockstore.Sum(b[c.Off-j.Off:][:c.N]), true
-				h.mu.Lock()
-				h.summed = append(h.summed, c)
-				h.mu.Unlock()
-				if h.wroteNew != nil {
-					h.wroteNew(c.Off, c.N, c.Sum)
-				}
+				stored[i] = expect != nil && expect[i].ok && expect[i].id == c.Sum
+			}
+			h.mu.Lock()
+			h.summed = append(h.summed, pieces...)
+			h.mu.Unlock()
+			if h.wroteNew != nil {
+				h.wroteNew(pieces, stored)
 			}
 		}
 		h.done.Done()

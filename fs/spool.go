@@ -96,6 +96,8 @@ type spool struct {
 	// hashers then start the writeback of what they find new, and
 	// nothing else (see writeAhead).
 	stored func(blockstore.ID) bool
+	// storedAll is stored of many chunks at once (Store.HasChunks).
+	storedAll func([]blockstore.ID) []bool
 	// ahead: the file is written in order from 0 and is large enough
 	// for its writeback to start (writeAheadFrom); set by writeAhead,
 	// read by the hashers.
@@ -469,6 +471,51 @@ const (
 // they come, by cell or by row piece.
 func (sp *spool) hashedBy() bool {
 	return sp.stored != nil && (!sp.noHash || sp.pieces != nil && sp.pieces.inOrder >= 0 && sp.pieces.p != nil)
+}
+
+// wroteNewPieces starts the writeback of the pieces whose sums the store
+// does not hold, adjacent ones at once: wroteNew of many, in one read of
+// the index for those not known to be stored (known: each is its
+// parent's chunk). Called by the hashers.
+func (sp *spool) wroteNewPieces(pieces []store.Piece, known []bool) {
+	if !sp.ahead.Load() || len(pieces) == 0 {
+		return
+	}
+	var ids []blockstore.ID
+	for i, p := range pieces {
+		if !known[i] {
+			ids = append(ids, p.Sum)
+		}
+	}
+	found := sp.storedAll(ids)
+	stored := make([]bool, len(pieces))
+	for i, k := 0, 0; i < len(pieces); i++ {
+		if stored[i] = known[i]; !known[i] {
+			stored[i], k = found[k], k+1
+		}
+	}
+	sp.memMu.RLock()
+	defer sp.memMu.RUnlock()
+	if sp.f == nil {
+		return
+	}
+	var off, n int64
+	for i, p := range pieces {
+		if stored[i] {
+			continue
+		}
+		if n > 0 && p.Off != off+n {
+			startWriteback(sp.f, off, n)
+			n = 0
+		}
+		if n == 0 {
+			off = p.Off
+		}
+		n += p.N
+	}
+	if n > 0 {
+		startWriteback(sp.f, off, n)
+	}
 }
 
 // wroteNew starts the writeback of [off, off+n), whose chunk sum the

@@ -24,11 +24,16 @@ type bucket struct {
 
 // b returns the top-level bucket name, which must be one of allBuckets.
 func (t *Tx) b(name []byte) bucket {
-	bb := t.tx.Bucket(name)
+	i := bucketIndex(name)
+	bb := t.bbs[i]
+	if bb == nil {
+		bb = t.tx.Bucket(name)
+		t.bbs[i] = bb
+	}
 	if t.j == nil {
 		return bucket{bb: bb, name: name, ch: t.ch}
 	}
-	return bucket{bb: bb, j: t.j, i: bucketIndex(name), name: name, ch: t.ch}
+	return bucket{bb: bb, j: t.j, i: i, name: name, ch: t.ch}
 }
 
 // jtx is the journal-mode state of a transaction.

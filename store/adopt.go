@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -75,14 +76,33 @@ func (in *ingest) place() error {
 		return in.adoptSpool()
 	}
 	var runs []copyRun
+	limit := min(copyRunBytes, in.s.packBytes)
 	for i := 0; i < len(in.fresh); {
 		// Copy runs of chunks that are contiguous in the source at once,
 		// into one reserved range (another ingest may reserve between
-		// two reservations of this one).
-		start, n := in.fresh[i].off, in.fresh[i].n
-		j := i + 1
-		for ; j < len(in.fresh) && in.fresh[j].off == start+n && n+in.fresh[j].n <= min(copyRunBytes, in.s.packBytes); j++ {
-			n += in.fresh[j].n
+		// two reservations of this one). Short runs apart in the source
+		// (a transposed V's new tail of each channel run, a few KiB
+		// between stored bytes) are gathered into one range: read one
+		// by one, written at once, rather than a copy, a reservation
+		// and a writeback hint each.
+		var gather []copyRun // the runs gathered, by source offset
+		var n int64
+		j := i
+		for j < len(in.fresh) {
+			start, rn := in.fresh[j].off, in.fresh[j].n
+			k := j + 1
+			for ; k < len(in.fresh) && in.fresh[k].off == start+rn && rn+in.fresh[k].n <= limit; k++ {
+				rn += in.fresh[k].n
+			}
+			if j > i && (rn >= gatherBelow || n+rn > limit) {
+				break // a long run is copied on its own
+			}
+			gather = append(gather, copyRun{srcOff: start, n: rn})
+			n += rn
+			j = k
+			if rn >= gatherBelow {
+				break
+			}
 		}
 		app, loc, err := in.reserve(n)
 		if err != nil {
@@ -93,17 +113,27 @@ func (in *ingest) place() error {
 			in.states[c.id].written, in.states[c.id].loc = true, blockstore.Loc{Pack: loc.Pack, Off: off, Len: c.n}
 			off += c.n
 		}
-		runs = append(runs, copyRun{app: app, srcOff: start, off: loc.Off, n: n})
+		r := copyRun{app: app, srcOff: gather[0].srcOff, off: loc.Off, n: n}
+		if len(gather) > 1 {
+			r.parts = gather
+		}
+		runs = append(runs, r)
 	}
 	return in.copyRuns(runs)
 }
 
+// gatherBelow is the length under which runs of new chunks apart in the
+// source are gathered into one write (place).
+const gatherBelow = 64 << 10
+
 // copyRun is a run of new chunks, contiguous in the source, and the range
-// reserved for it.
+// reserved for it; or, with parts, runs apart in the source gathered into
+// one range.
 type copyRun struct {
 	app         *blockstore.Appender
 	srcOff, off int64
 	n           int64
+	parts       []copyRun // srcOff and n of each
 }
 
 // copyRuns copies the runs into their packs, starting each run's
@@ -119,8 +149,21 @@ func (in *ingest) copyRuns(runs []copyRun) error {
 		total += r.n
 	}
 	hint := !in.s.inlines(total)
+	var buf []byte
 	for _, r := range runs {
-		if err := r.app.CopyFrom(in.adopt, r.srcOff, r.off, r.n); err != nil {
+		if r.parts != nil {
+			buf = slices.Grow(buf[:0], int(r.n))
+			for _, p := range r.parts {
+				k := len(buf)
+				buf = buf[:k+int(p.n)]
+				if _, err := in.adopt.ReadAt(buf[k:], p.srcOff); err != nil {
+					return fmt.Errorf("read %s at %d: %w", in.adopt.Name(), p.srcOff, err)
+				}
+			}
+			if err := r.app.WriteAt(buf, r.off); err != nil {
+				return err
+			}
+		} else if err := r.app.CopyFrom(in.adopt, r.srcOff, r.off, r.n); err != nil {
 			return err
 		}
 		if hint {

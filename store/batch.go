@@ -69,7 +69,14 @@ type writeJob struct {
 	srcOff int64
 	n      int64
 	after  func() // runs once the job is done (returns a buffer)
+	// gathered holds the bytes of chunks next to each other in the pack
+	// but not in the source, copied out of the batch.
+	gathered []byte
 }
+
+// maxGather bounds a write job that gathers chunks, and any other: the
+// writer goroutine starts each job's writeback as it is written.
+const maxGather = 4 << 20
 
 // chunkAll reads the source batch by batch, cuts and hashes each batch on
 // all cores, and hands the new chunks to a writer goroutine: reading batch
@@ -349,18 +356,27 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 		return errSourceChanged
 	}
 
-	// Look every chunk not seen in this ingest up in the index at once.
+	// Look every chunk not seen in this ingest up in the index at once,
+	// but the parent's: a chunk that hashed to the parent's chunk is
+	// stored as far as the plan could tell, and the commit's transaction
+	// checks every chunk again (errMissing: written from the source
+	// then). A transposed V's channel runs are all the parent's chunks
+	// but each run's new tail, looked up by the thousand.
 	var unknown []blockstore.ID
+	stored := map[blockstore.ID]bool{}
 	for _, it := range items {
 		for _, c := range it.refs {
 			if !c.zero {
 				if _, ok := in.states[c.id]; !ok {
+					if c.parent {
+						stored[c.id] = true
+						continue
+					}
 					unknown = append(unknown, c.id)
 				}
 			}
 		}
 	}
-	stored := map[blockstore.ID]bool{}
 	if len(unknown) > 0 {
 		in.s.db.View(func(tx *manifest.Tx) error {
 			for _, id := range unknown {
@@ -374,9 +390,12 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 	var run *writeJob // the write being extended
 	flush := func() {
 		if run != nil {
-			if fromFile {
+			switch {
+			case run.gathered != nil:
+				run.data = run.gathered
+			case fromFile:
 				run.data = nil
-			} else {
+			default:
 				run.data = buf[run.srcOff-base : run.srcOff-base+run.n]
 			}
 			in.jobs <- *run
@@ -415,9 +434,20 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 			if err != nil {
 				return err
 			}
-			if run == nil || run.app != app || run.off+run.n != loc.Off || run.srcOff+run.n != c.off {
+			switch {
+			case run == nil || run.app != app || run.off+run.n != loc.Off || run.n >= maxGather:
 				flush()
 				run = &writeJob{app: app, off: loc.Off, srcOff: c.off}
+			case run.gathered == nil && run.srcOff+run.n != c.off:
+				// Next in the pack but not in the source (a transposed
+				// V's new tail of each channel run, between stored
+				// bytes): the run's bytes are gathered, to write in
+				// one call rather than one and a writeback hint per
+				// chunk of a few KiB.
+				run.gathered = append(make([]byte, 0, 2*run.n+c.n), buf[run.srcOff-base:run.srcOff-base+run.n]...)
+			}
+			if run.gathered != nil {
+				run.gathered = append(run.gathered, buf[c.off-base:c.off-base+c.n]...)
 			}
 			run.n += c.n
 			in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}

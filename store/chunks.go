@@ -28,11 +28,23 @@ var _ chunkReader = (*blockstore.Dir)(nil)
 // one that is stored need not reach the disk before the commit, which
 // decides again in its own transaction.
 func (s *Store) HasChunk(id blockstore.ID) bool {
-	found := false
+	return s.HasChunks([]blockstore.ID{id})[0]
+}
+
+// HasChunks is HasChunk of each of ids, in one read of the index: a
+// writer's hashers ask of every few pieces they hash (a transposed V's
+// channel runs are chunks of a few KiB).
+func (s *Store) HasChunks(ids []blockstore.ID) []bool {
+	out := make([]bool, len(ids))
+	if len(ids) == 0 {
+		return out
+	}
 	s.db.View(func(tx *manifest.Tx) error {
-		_, err := tx.Chunk(id)
-		found = err == nil
+		for i, id := range ids {
+			_, err := tx.Chunk(id)
+			out[i] = err == nil
+		}
 		return nil
 	})
-	return found
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvfs/kvfs/llamastate/llamastatetest"
 )
 
 // TestReleasedBeforeCommit: chunks that an ingest planned to reuse are
@@ -45,6 +47,50 @@ func TestReleasedBeforeCommit(t *testing.T) {
 	got := make([]byte, len(b))
 	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("b reads back wrong: %v", err)
+	}
+	f.Close()
+	if err := s.Check(ctx, CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParentReleasedBeforeCommit: a file's chunks that hashed to its
+// parent's are taken as stored without asking the index (the parent's
+// rows of a llama.cpp file); the parent is removed between chunking and
+// commit, and the commit writes them again from the source.
+func TestParentReleasedBeforeCommit(t *testing.T) {
+	s, _ := newTestStore(t)
+	spec := llamastatetest.Spec{Layers: 2, KRow: 1024, VEl: 2, VChannels: 256}
+	tokens := make([]uint32, 3000)
+	for i := range tokens {
+		tokens[i] = uint32(i*13 + 5)
+	}
+	ctx := context.Background()
+	parent := llamastatetest.Write(spec, tokens[:2000])
+	if _, _, err := s.Put(ctx, bytes.NewReader(parent), int64(len(parent)), "parent", PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.beforeCommit = func() {
+		s.beforeCommit = nil
+		if err := s.Remove("parent"); err != nil {
+			t.Error(err)
+		}
+	}
+	child := llamastatetest.Write(spec, tokens)
+	_, st, err := s.Put(ctx, bytes.NewReader(child), int64(len(child)), "child", PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parent == 0 || st.ParentReused == 0 || st.NewBytes < int64(len(child))*9/10 {
+		t.Fatalf("stats %+v: want the parent's rows matched, then written again (%d bytes)", st, len(child))
+	}
+	f, err := s.Open("child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(child))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, child) {
+		t.Fatalf("child reads back wrong: %v", err)
 	}
 	f.Close()
 	if err := s.Check(ctx, CheckOptions{Verify: true}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/kvfs/kvfs/blockstore"
 	"github.com/kvfs/kvfs/mlx"
 )
 
@@ -44,11 +45,15 @@ type PiecePlan struct {
 	headerEnd int64
 	slots     []planSlot // by offset, rows of at least minPiece bytes
 	parent    *parentSnap
-	i         int     // the slot of the cursor; -1: the header
-	row       int64   // the row of the cursor in slot i
-	pos       int64   // the cursor within the header or the row
-	cuts      []int64 // the row's first chunks: its parent's
-	cut       int     // the next of cuts
+	i         int           // the slot of the cursor; -1: the header
+	row       int64         // the row of the cursor in slot i
+	pos       int64         // the cursor within the header or the row
+	cuts      []parentChunk // the row's first chunks: its parent's
+	cut       int           // the next of cuts
+	// expect is the parent's chunk where the piece Next returned last
+	// was cut (Parent).
+	expect   blockstore.ID
+	expected bool
 	// grow, for a file whose rows are found as it is written (a
 	// llama.cpp state file's, llamapieces.go), appends the slots whose
 	// headers lie below upto; nil once there are no more.
@@ -117,9 +122,15 @@ func (p *PiecePlan) enterRow(i int, row int64) {
 		return
 	}
 	for _, pc := range p.parent.row(p.slots[i].idx, row, p.slots[i].rowBytes) {
-		p.cuts = append(p.cuts, pc.n)
+		p.cuts = append(p.cuts, pc)
 	}
 }
+
+// Parent returns the parent's chunk that the piece Next returned last was
+// cut as, if it was: a piece whose sum is that chunk's is stored, which
+// the writer need not ask the index (a transposed V's channel runs are
+// all the parent's chunks but the new tail of each).
+func (p *PiecePlan) Parent() (blockstore.ID, bool) { return p.expect, p.expected }
 
 // Next returns the next chunk of the plan, [off, off+n), if it ends at or
 // below upto (the bytes written so far), and moves past it; ok is false
@@ -162,8 +173,9 @@ func (p *PiecePlan) Next(upto int64) (off, n int64, ok bool) {
 			continue
 		}
 		n = min(p.c, length-p.pos)
-		if p.cut < len(p.cuts) {
-			n = p.cuts[p.cut]
+		p.expected = p.cut < len(p.cuts)
+		if p.expected {
+			n, p.expect = p.cuts[p.cut].n, p.cuts[p.cut].id
 		}
 		off = start + p.pos
 		if off+n > upto {
