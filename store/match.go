@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
+	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/manifest"
 	"github.com/kvfs/kvfs/mlx"
 )
@@ -109,6 +111,30 @@ func prefixRecord(h *mlx.Header) *manifest.PrefixRecord {
 	return r
 }
 
+// LlamaFingerprint is the configFingerprint under which llama.cpp state
+// files are indexed for prefix lookup, their model identity being their
+// layout key (llamastate.File.Key): the files carry no model's name, and
+// their shape (layers, cache types, row sizes, flash attention or not)
+// is what decides whether one can seed another's prompt. A client takes
+// both from a state file of its own (kvfs match --like).
+const LlamaFingerprint = "llama.cpp"
+
+// llamaPrefixRecord is what the prefix index keeps of a llama.cpp state
+// file: the chain keys of its tokens under its layout key, in no
+// namespace; any prefix of it is reusable (a trimmed view,
+// /.kvfs/prefix/PATH@N), if llamastate.Trim can cut it at all.
+func llamaPrefixRecord(f *llamastate.File, src io.ReaderAt) *manifest.PrefixRecord {
+	key := f.Key()
+	keys := mlx.ChainKeys(key, LlamaFingerprint, "", f.Tokens)
+	_, err := llamastate.Trim(f, src, int64(len(f.Tokens)))
+	r := &manifest.PrefixRecord{Trimmable: err == nil, Keys: make([][manifest.PrefixKeyLen]byte, 0, len(keys)+1)}
+	r.Keys = append(r.Keys, mlx.ModelKey(key, LlamaFingerprint))
+	for _, k := range keys {
+		r.Keys = append(r.Keys, k)
+	}
+	return r
+}
+
 // candidate is an indexed snapshot a caller may read.
 type candidate struct {
 	n      *manifest.Inode
@@ -118,11 +144,12 @@ type candidate struct {
 
 // snapshotOf returns the committed snapshot ino with its tokens, or nil:
 // a .mlxkv (a .mlxkv.tmp is still being written, as the engine's scan
-// deletes it) with a name. Whether a caller may read it is checked apart
-// (allow), only for snapshots that could be the answer.
+// deletes it) or a llama.cpp state file (named as its user chose), with
+// a name. Whether a caller may read it is checked apart (allow), only for
+// snapshots that could be the answer.
 func snapshotOf(tx *manifest.Tx, ino uint64) *candidate {
 	n, err := tx.Inode(ino)
-	if err != nil || n.Parent == 0 || n.Layout == "" || !strings.HasSuffix(n.Name, ".mlxkv") {
+	if err != nil || n.Parent == 0 || n.Layout == "" || n.Kind != kindLlama && !strings.HasSuffix(n.Name, ".mlxkv") {
 		return nil
 	}
 	tokens, err := tx.SnapshotTokens(n.Layout, ino)

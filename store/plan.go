@@ -153,6 +153,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 			break
 		}
 		p.kind, p.tokens, p.layout = kindLlama, f.Tokens, f.Key()
+		p.prefix = llamaPrefixRecord(f, src)
 		parent := s.findParent(p.layout, f.Tokens, llamaRows)
 		if parent != nil {
 			p.parentIno = parent.ino

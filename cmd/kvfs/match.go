@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/store"
 )
@@ -28,7 +29,7 @@ import (
 // docs/PREFIX.md, the same answer as /.kvfs/match in a mount.
 
 func runMatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("match", "--model M --fingerprint F [--ns NS] --tokens FILE (STORE | --mount MNT | --pool POOL)",
+	fs := newFlags("match", "(--model M --fingerprint F [--ns NS] | --like FILE) --tokens FILE (STORE | --mount MNT | --pool POOL)",
 		`Find the snapshot whose tokens best seed a prompt, by the engine's rules
 (docs/PREFIX.md), and print the answer as JSON: {"hit", "path", "tokens",
 "snapshotTokens", "trim"} or {"hit": false, "reason"}. FILE holds the
@@ -37,7 +38,12 @@ input). With STORE, the lookup runs in the store's daemon (or the store
 opened here) as the calling user; with --mount, through MNT/.kvfs/match;
 with --pool (or $KVFS_POOL, when neither STORE nor --mount is given), among
 the snapshots every host of the pool published, by the same rules (the
-earliest published name wins a tie).`)
+earliest published name wins a tie). --like takes the model from a cache
+file the caller has: a .mlxkv snapshot's modelId, configFingerprint and ns,
+or a llama.cpp state file's shape (its layers, cache types and row sizes,
+which stand for the model: see docs/ENGINES.md); the answer is then among
+the state files of that shape, and a hit longer than the prompt's prefix
+is read cut to it through the mount's /.kvfs/prefix/PATH@N.`)
 	var q store.MatchQuery
 	fs.StringVar(&q.Model, "model", "", "the snapshots' modelId")
 	fs.StringVar(&q.Fingerprint, "fingerprint", "", "the snapshots' configFingerprint")
@@ -45,14 +51,24 @@ earliest published name wins a tie).`)
 	tokens := fs.String("tokens", "", "the prompt's tokens: a JSON array or raw little-endian u32")
 	format := fs.String("tokens-format", "auto", `how FILE holds the tokens: "json", "u32", or "auto" (a JSON array if it
 parses as one, else raw u32: a raw file that is also a JSON array needs "u32")`)
+	like := fs.String("like", "", "take --model, --fingerprint and --ns from this .mlxkv snapshot or llama.cpp state file")
 	mnt := fs.String("mount", "", "look up through this kvfs mount")
 	var pf poolFlags
 	pf.add(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *like != "" {
+		if fs.Changed("model") || fs.Changed("fingerprint") || fs.Changed("ns") {
+			return usagef("want --like or --model, --fingerprint and --ns, not both")
+		}
+		var err error
+		if q.Model, q.Fingerprint, q.NS, err = modelOf(*like); err != nil {
+			return err
+		}
+	}
 	if q.Model == "" || q.Fingerprint == "" || *tokens == "" {
-		return usagef("want --model, --fingerprint and --tokens")
+		return usagef("want --model and --fingerprint (or --like), and --tokens")
 	}
 	inPool := fs.Changed("pool") || pf.pool != "" && *mnt == "" && fs.NArg() == 0
 	switch {
@@ -288,16 +304,16 @@ func matchWalk(ctl string, keys []mlx.ChainKey, prompt []uint32) (r *store.Match
 				continue
 			}
 			seen[c.Ino] = true
-			h, err := mountHeader(c.link)
+			h, err := mountSnapshot(c.link)
 			if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
 				raced = true // renamed, rewritten or removed since the listing
 				continue
 			} else if err != nil {
 				return nil, false, err
 			}
-			st := int64(len(h.Tokens))
+			st := int64(len(h.tokens))
 			cpl := int64(0)
-			for cpl < min(st, n) && h.Tokens[cpl] == prompt[cpl] {
+			for cpl < min(st, n) && h.tokens[cpl] == prompt[cpl] {
 				cpl++
 			}
 			if cpl < int64(k)*mlx.GroupTokens {
@@ -309,7 +325,7 @@ func matchWalk(ctl string, keys []mlx.ChainKey, prompt []uint32) (r *store.Match
 			if p <= 0 || !store.Better(p, c.Ino, bestTokens(best), bestIno) {
 				continue
 			}
-			if why := store.Rejection(p, st, mlx.MinReusable(h), mlx.Trimmable(h)); why != "" {
+			if why := store.Rejection(p, st, h.minReusable, h.trimmable); why != "" {
 				if p > missP {
 					miss, missP = why, p
 				}
@@ -371,13 +387,70 @@ func mountCandidates(dir string) (out []mountCandidate, gone bool, err error) {
 	return out, gone, nil
 }
 
-// mountHeader reads the header of the snapshot a candidate leads to.
-func mountHeader(link string) (*mlx.Header, error) {
+// snapshotFacts is what a lookup needs of a candidate: its tokens, the
+// shortest prefix it may seed, and whether it may seed a shorter one than
+// its own.
+type snapshotFacts struct {
+	tokens      []uint32
+	minReusable int64
+	trimmable   bool
+}
+
+// mountSnapshot reads the facts of the snapshot a candidate leads to: a
+// .mlxkv's header, or a llama.cpp state file's layout.
+func mountSnapshot(link string) (*snapshotFacts, error) {
+	f, err := os.Open(link)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var head [16]byte
+	if n, _ := io.ReadFull(f, head[:]); llamastate.Sniff(head[:n]) {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		st, err := llamastate.Parse(f, fi.Size(), link)
+		if err != nil {
+			return nil, err
+		}
+		_, terr := llamastate.Trim(st, f, int64(len(st.Tokens)))
+		return &snapshotFacts{tokens: st.Tokens, trimmable: terr == nil}, nil
+	}
 	snap, err := mlx.ReadFile(link)
 	if err != nil {
 		return nil, err
 	}
-	return snap.Header, nil
+	return &snapshotFacts{tokens: snap.Header.Tokens, minReusable: mlx.MinReusable(snap.Header), trimmable: mlx.Trimmable(snap.Header)}, nil
+}
+
+// modelOf returns the identity a lookup of prompts like the cache file
+// name's goes by: a .mlxkv snapshot's modelId, configFingerprint and ns;
+// a llama.cpp state file's layout key and store.LlamaFingerprint.
+func modelOf(name string) (model, fingerprint, ns string, err error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", "", "", fmt.Errorf("--like: %w", err)
+	}
+	defer f.Close()
+	var head [16]byte
+	if n, _ := io.ReadFull(f, head[:]); llamastate.Sniff(head[:n]) {
+		fi, err := f.Stat()
+		if err != nil {
+			return "", "", "", fmt.Errorf("--like: %w", err)
+		}
+		st, err := llamastate.Parse(f, fi.Size(), name)
+		if err != nil {
+			return "", "", "", fmt.Errorf("--like: %w", err)
+		}
+		return st.Key(), store.LlamaFingerprint, "", nil
+	}
+	snap, err := mlx.ReadFile(name)
+	if err != nil {
+		return "", "", "", fmt.Errorf("--like %s: neither a .mlxkv snapshot nor a llama.cpp state file: %w", name, err)
+	}
+	h := snap.Header
+	return h.ModelID, h.ConfigFingerprint, h.NS, nil
 }
 
 // matchRequest is POST /v1/match: a store.MatchQuery in, a
