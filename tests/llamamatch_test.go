@@ -129,6 +129,19 @@ func TestLlamaMatch(t *testing.T) {
 	if out, err := execCommand(kvfsBin, "match", "--like", notCache, "--tokens", notCache, m.store).CombinedOutput(); err == nil || !strings.Contains(string(out), "notes.txt") {
 		t.Errorf("--like of a file that is no cache: %v: %s", err, out)
 	}
+	// kvfs inspect names the model --like stands for.
+	var rep struct{ Llama struct{ Model string } }
+	if err := json.Unmarshal([]byte(kvfs(t, "inspect", "--json", like)), &rep); err != nil || !strings.HasPrefix(rep.Llama.Model, "llama:") {
+		t.Fatalf("inspect --json %s: %+v %v", like, rep, err)
+	}
+	tf := filepath.Join(dir, "p.json")
+	pb, _ := json.Marshal(append(append([]uint32(nil), tok[:2800]...), 9, 9))
+	os.WriteFile(tf, pb, 0o644)
+	var byModel fullAnswer
+	if err := json.Unmarshal([]byte(kvfs(t, "match", "--model", rep.Llama.Model, "--fingerprint", "llama.cpp", "--tokens", tf, m.store)), &byModel); err != nil ||
+		byModel != (fullAnswer{Hit: true, Path: "private/long.bin", Tokens: 2600, SnapshotTokens: 2600}) {
+		t.Errorf("match --model of inspect's model: %+v %v", byModel, err)
+	}
 	// The hit cut to the prompt's prefix is the file saved at that length.
 	sh(t, fmt.Sprintf("cmp %s %s", m.path(".kvfs/prefix/private/long.bin@1200"), filepath.Join(dir, "slots_b")))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/safetensors"
+	"github.com/kvfs/kvfs/store"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +39,9 @@ type llamaInfo struct {
 	Tokens  int           `json:"tokens"`
 	Streams []llamaStream `json:"streams"` // of every cache, in file order
 	KVBytes int64         `json:"kvBytes"`
+	// Model is the file's layout key: the model prefix lookup finds it
+	// under (docs/PREFIX.md, "llama.cpp state files").
+	Model string `json:"model"`
 }
 
 type llamaStream struct {
@@ -116,7 +120,7 @@ func inspectOther(f *os.File, path string, size int64, head []byte, o inspectOpt
 		if st.Magic == llamastate.MagicSession {
 			r.Format = "llama.cpp session (ggsn)"
 		}
-		li := &llamaInfo{Version: st.Version, Arch: st.Arch, Tokens: len(st.Tokens)}
+		li := &llamaInfo{Version: st.Version, Arch: st.Arch, Tokens: len(st.Tokens), Model: st.Key()}
 		for ci, c := range st.Caches {
 			for _, s := range c.Streams {
 				ls := llamaStream{Cache: ci, Cells: s.Cells, CellExt: s.Ext, Layers: len(s.K), VTransposed: s.VTrans}
@@ -181,6 +185,7 @@ func inspectOther(f *os.File, path string, size int64, head []byte, o inspectOpt
 			fmt.Fprintf(stdout, "stream %d:     cache %d, %d cells, %d layers; K type %d, %d bytes a cell; %s\n", i, s.Cache, s.Cells, s.Layers, s.KType, s.KRowBytes, v)
 		}
 		fmt.Fprintf(stdout, "KV bytes:     %d (%s)\n", li.KVBytes, formatBytes(li.KVBytes))
+		fmt.Fprintf(stdout, "lookup model: %s (kvfs match --like %s, or --model it --fingerprint %s)\n", li.Model, path, store.LlamaFingerprint)
 	}
 	if si := r.Safetensors; si != nil {
 		fmt.Fprintf(stdout, "tensors:      %d %v\n", si.Tensors, si.DTypes)
