@@ -85,7 +85,7 @@ func (s *Store) CutSegment(data []byte, off int64) []Piece {
 	var out []Piece
 	prev := 0
 	for _, end := range cuts[:max(len(cuts)-1, 0)] {
-		out = append(out, Piece{Off: off + int64(prev), N: int64(end - prev)})
+		out = append(out, Piece{Off: off + int64(prev), N: int64(end - prev), Cut: true})
 		prev = end
 	}
 	return out
@@ -93,14 +93,15 @@ func (s *Store) CutSegment(data []byte, off int64) []Piece {
 
 // hintedCuts cuts data, the region r of a file, as one pass would, taking
 // the writer's cuts where it stands on one: from a chunk the writer cut
-// and hashed (known, by its start), the next cut is that chunk's end (the
-// writer reported only cuts made by the content).
+// by its content and hashed (known, by its start, with cut set), the next
+// cut is that chunk's end (the writer reported only cuts made by the
+// content). A piece the writer cut as a row is no such cut.
 func hintedCuts(r region, data []byte, C int64, known map[int64]knownSum) []region {
 	p, _ := cdcParams(C)
 	var out []region
 	for pos := int64(0); pos < r.n; {
 		n := int64(0)
-		if k, ok := known[r.off+pos]; ok && pos+k.n <= r.n {
+		if k, ok := known[r.off+pos]; ok && k.cut && pos+k.n <= r.n {
 			n = k.n
 		} else {
 			n = int64(p.Cut(data[pos:]))

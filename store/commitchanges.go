@@ -82,6 +82,14 @@ type Piece struct {
 	Off, N int64
 	Sum    blockstore.ID
 	Summed bool
+	// Cut says that the piece ends where its content says (CutSegment):
+	// a commit that cuts the file by content may take it as its own cut.
+	// A row's piece ends where the writer's plan said, which is no cut
+	// of the file's content: when the commit does not plan the file as
+	// the writer did (a llama.cpp file it refuses, and cuts by content
+	// instead), it must not cut there (red team, issue 29: a refused
+	// file of 2M rows was cut into 256-byte rows, and its commit failed).
+	Cut bool
 }
 
 // spoolSource is the source of the dirty cells' bytes: the spool file, or

@@ -189,6 +189,7 @@ type ingest struct {
 type knownSum struct {
 	n   int64
 	sum blockstore.ID
+	cut bool // Piece.Cut
 }
 
 // adoptedPack is a spool file renamed into the packs directory.

@@ -551,7 +551,7 @@ func (in *ingest) useKnown(pieces []Piece) {
 			if in.known == nil {
 				in.known = make(map[int64]knownSum, len(pieces))
 			}
-			in.known[p.Off] = knownSum{n: p.N, sum: p.Sum}
+			in.known[p.Off] = knownSum{n: p.N, sum: p.Sum, cut: p.Cut}
 		}
 	}
 }

@@ -54,7 +54,8 @@ func (s *Store) llamaPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 	w := h.Walk()
 	plan := &PiecePlan{c: s.chunkSize, headerEnd: h.K0.Off, i: -1,
 		parent: s.findParentUnder(h.KeyPrefix(), h.Tokens, llamaRows)}
-	idx := 0 // the slot's index among all the file's (parentSnap.row)
+	idx := 0       // the slot's index among all the file's (parentSnap.row)
+	var rows int64 // the rows found so far, to the commit's cap
 	plan.grow = func(p *PiecePlan, upto int64) {
 		for {
 			b, ok, err := w.Next(src, upto)
@@ -62,6 +63,12 @@ func (s *Store) llamaPieces(src io.ReaderAt, n int64) (*PiecePlan, error) {
 				p.grow = nil
 			}
 			if !ok {
+				return
+			}
+			if rows += llamaSlot(b).rows; rows > maxPlanRows {
+				// The commit cuts such a file by its content (checkRows):
+				// its rows are not worth hashing.
+				p.grow = nil
 				return
 			}
 			// Rows as short as minRunBytes: their count is bounded by

@@ -133,3 +133,45 @@ func FuzzLlamaPieces(f *testing.F) {
 		}
 	})
 }
+
+// TestRefusedLlamaCutByContent: a file the writer planned as a llama.cpp
+// state file, whose commit refuses it (3 bytes follow its last block), is
+// cut by its content as if the writer had hashed nothing: the writer's row
+// pieces are no content cuts (red team, issue 29: such a file was cut into
+// its rows, of 256 bytes, and one of 2M rows failed to commit).
+func TestRefusedLlamaCutByContent(t *testing.T) {
+	early := storetest.New(t, storetest.Options{})
+	late := storetest.New(t, storetest.Options{})
+	tokens := make([]uint32, 300)
+	for i := range tokens {
+		tokens[i] = uint32(i*5 + 1)
+	}
+	b := append(llamastatetest.Write(llamastatetest.Spec{Layers: 4, KRow: 1024, VEl: 2, VChannels: 512}, tokens), 1, 2, 3)
+	plan, err := llamaPlan(t, early, b, 4099)
+	if err != nil || plan == nil {
+		t.Fatalf("no plan while written: %v", err)
+	}
+	pieces := piecesOf(t, plan, b, 65_537)
+	if len(pieces) < 2000 {
+		t.Fatalf("the writer hashed %d pieces, want its rows (a run per V channel)", len(pieces))
+	}
+	fi, err := early.CreateAt(1, "refused", 0o644, store.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := changeSpool(t, early, b, nil)
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := early.CommitChanges(ctx, fi.Ino, store.Changes{Size: int64(len(b)), Spool: f, Pieces: pieces}, nil, store.CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := put(t, late, "refused", b)
+	if st.Kind != "plain" || st.Chunks != want.Chunks || st.Chunks > len(b)/4096 {
+		t.Fatalf("committed with the writer's row sums: %s, %d chunks; without: %s, %d chunks", st.Kind, st.Chunks, want.Kind, want.Chunks)
+	}
+	if got := get(t, early, "refused"); !bytes.Equal(got, b) {
+		t.Fatal("reads back wrong")
+	}
+}
