@@ -64,6 +64,7 @@ func (f *fileNode) unlock() {
 		if e := f.fsys.notifyContent(&f.Inode); e != 0 && e != syscall.ENOENT && e != syscall.ENOSYS {
 			f.fsys.log.Warn("invalidate the kernel's cache after a commit", "ino", f.storeIno(), "errno", e)
 		}
+		f.fsys.notifyViews(&f.Inode)
 	}
 }
 

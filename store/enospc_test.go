@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/kvfs/kvfs/store"
+	"github.com/kvfs/kvfs/store/storetest"
 )
 
 // requireRoot fails a test that needs root when it is not root, unless the
@@ -309,6 +310,51 @@ func testFullDisk(t *testing.T, kind string, journal bool) {
 		if got := get(t, s, name); !bytes.Equal(got, b) {
 			t.Fatalf("%s reads back wrong", name)
 		}
+	}
+	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSparseSourceOnFullTmpfs: a source file that ends in a hole, on a
+// tmpfs with no room left, faults when its hole is read through a
+// mapping (tmpfs allocates a page to read one); the put fails with
+// ENOSPC naming the file, not with "source file changed (truncated)",
+// and the store checks clean (red team, issue 29).
+func TestSparseSourceOnFullTmpfs(t *testing.T) {
+	requireRoot(t)
+	mnt := testutil.SmallFS(t, "tmpfs", 4<<20)
+	src := filepath.Join(mnt, "sparse")
+	if err := os.WriteFile(src, bytes.Repeat([]byte{7}, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(src, 32<<20); err != nil { // 32 MiB of hole after it
+		t.Fatal(err)
+	}
+	// Fill the tmpfs.
+	fill, err := os.Create(filepath.Join(mnt, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fill.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
+	}
+	fill.Close()
+	s := storetest.New(t, storetest.Options{})
+	_, _, err = s.PutFile(ctx, src, "x", store.PutOptions{})
+	if err == nil {
+		// A kernel that reads a tmpfs hole without a page of its own:
+		// then the put is right to succeed, and must read back.
+		want := append(bytes.Repeat([]byte{7}, 64<<10), make([]byte, 32<<20-64<<10)...)
+		if got := get(t, s, "x"); !bytes.Equal(got, want) {
+			t.Fatal("the sparse file reads back wrong")
+		}
+		return
+	}
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), src) || strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("put of a sparse file on a full tmpfs: %v, want ENOSPC naming %s", err, src)
 	}
 	if err := s.Check(ctx, store.CheckOptions{Verify: true}); err != nil {
 		t.Fatal(err)

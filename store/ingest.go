@@ -270,7 +270,7 @@ func (in *ingest) run(ctx context.Context) (*FileInfo, error) {
 	}
 	t0 := time.Now()
 	if err := in.chunkAll(ctx); err != nil {
-		return nil, err
+		return nil, in.faultCause(err)
 	}
 	if in.keep != nil {
 		in.refs = mergeRefs(in.refs, in.keep)

@@ -10,3 +10,6 @@ type mapping struct {
 }
 
 func mapSource(src io.ReaderAt, off, n int64) (mapping, bool) { return mapping{}, false }
+
+// faultCause: no source is mapped here, so a fault is never a source's.
+func (in *ingest) faultCause(err error) error { return err }

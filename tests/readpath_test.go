@@ -253,6 +253,21 @@ func TestWholeViewFollowsCommits(t *testing.T) {
 			t.Fatalf("version %d: stat of the view: %v %v, want size %d", i+1, fi, err, len(content))
 		}
 	}
+	// Rewrites in a tight loop, each read through the view at once: the
+	// kernel's entry of the view (kept up to a jiffy) must not outlive the
+	// commit (notifyViews).
+	for i := range 300 {
+		content := fmt.Sprintf("rewrite %d %s\n", i, strings.Repeat("x", i%7))
+		if err := os.WriteFile(m.path("w3.txt"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(m.path(".kvfs/whole/w3.txt")); err != nil || string(got) != content {
+			t.Fatalf("rewrite %d through the view: %q %v, want %q", i, got, err, content)
+		}
+		if fi, err := os.Stat(m.path(".kvfs/whole/w3.txt")); err != nil || fi.Size() != int64(len(content)) {
+			t.Fatalf("rewrite %d: stat of the view: %v %v, want size %d", i, fi, err, len(content))
+		}
+	}
 	// The file renamed away is seen under its new name.
 	if got, err := os.ReadFile(m.path(".kvfs/whole/w2.txt")); err != nil || string(got) != "version two, longer\n" {
 		t.Fatalf("renamed file through the view: %q %v", got, err)
