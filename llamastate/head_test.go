@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestHeadWhileWritten(t *testing.T) {
 					if n != want[0].Off {
 						t.Fatalf("head at %d, want %d", n, want[0].Off)
 					}
-					if !equalTokens(h.Tokens, f.Tokens) || h.Cells != st.Cells || h.VTrans != st.VTrans || int(h.Layers) != len(st.K) || h.K0 != st.K[0] {
+					if !slices.Equal(h.Tokens, f.Tokens) || h.Cells != st.Cells || h.VTrans != st.VTrans || int(h.Layers) != len(st.K) || h.K0 != st.K[0] {
 						t.Fatalf("head %+v, file %+v", h, st)
 					}
 					if !strings.HasPrefix(f.Key(), h.KeyPrefix()) {
@@ -102,16 +103,4 @@ func TestHeadRefuses(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-}
-
-func equalTokens(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

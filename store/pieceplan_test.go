@@ -156,17 +156,24 @@ func FuzzSnapshotPieces(f *testing.F) {
 			return
 		}
 		upto = max(0, min(upto, 1<<30))
-		most := 2*upto/4096 + int64(len(b))/4096 + 4
-		var end int64
-		for k := int64(0); ; k++ {
-			off, n, ok := plan.Next(upto)
-			if !ok {
-				return
-			}
-			if off < end || n <= 0 || n > 4096 || off+n > upto || k > most {
-				t.Fatalf("piece %d [%d,+%d) after %d, with %d bytes written", k, off, n, end, upto)
-			}
-			end = off + n
-		}
+		checkPlanned(t, plan, upto, 2*upto/4096+int64(len(b))/4096+4)
 	})
+}
+
+// checkPlanned runs plan for upto bytes written and checks what it
+// yields: pieces in file order, within what was written, none empty or
+// longer than a chunk (4096), and no more than most.
+func checkPlanned(t *testing.T, plan *store.PiecePlan, upto, most int64) {
+	t.Helper()
+	var end int64
+	for k := int64(0); ; k++ {
+		off, n, ok := plan.Next(upto)
+		if !ok {
+			return
+		}
+		if off < end || n <= 0 || n > 4096 || off+n > upto || k > most {
+			t.Fatalf("piece %d [%d,+%d) after %d, with %d bytes written", k, off, n, end, upto)
+		}
+		end = off + n
+	}
 }
