@@ -29,7 +29,7 @@ import (
 // docs/PREFIX.md, the same answer as /.kvfs/match in a mount.
 
 func runMatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("match", "(--model M --fingerprint F [--ns NS] | --like FILE) --tokens FILE (STORE | --mount MNT | --pool POOL)",
+	fs := newFlags("match", "(--model M --fingerprint F [--ns NS] | --like CACHEFILE) --tokens FILE (STORE | --mount MNT | --pool POOL)",
 		`Find the snapshot whose tokens best seed a prompt, by the engine's rules
 (docs/PREFIX.md), and print the answer as JSON: {"hit", "path", "tokens",
 "snapshotTokens", "trim"} or {"hit": false, "reason"}. FILE holds the
@@ -38,7 +38,7 @@ input). With STORE, the lookup runs in the store's daemon (or the store
 opened here) as the calling user; with --mount, through MNT/.kvfs/match;
 with --pool (or $KVFS_POOL, when neither STORE nor --mount is given), among
 the snapshots every host of the pool published, by the same rules (the
-earliest published name wins a tie). --like takes the model from a cache
+earliest published name wins a tie). --like takes the model from CACHEFILE, a cache
 file the caller has: a .mlxkv snapshot's modelId, configFingerprint and ns,
 or a llama.cpp state file's shape (its layers, cache types and row sizes,
 which stand for the model: see docs/ENGINES.md); the answer is then among
