@@ -135,7 +135,7 @@ func TestLlamaCppStateFiles(t *testing.T) {
 	for _, fa := range []string{"on", "off"} {
 		addr := freeAddr(t)
 		m := newMount(t, "--metrics", addr)
-		hashed := func() float64 { return counter(scrape(t, addr), "kvfs_commit_hashed_bytes_total") }
+		hashed := func() float64 { return chunkSumHashed(t, addr) }
 		plain := filepath.Join(work, "plain-"+fa)
 		dir := m.path("llama/fa-" + fa)
 		sh(t, "mkdir -p "+plain+" "+dir)

@@ -23,7 +23,7 @@ import (
 func TestLlamaStateHashedWhileWritten(t *testing.T) {
 	addr := freeAddr(t)
 	m := newMount(t, "--metrics", addr)
-	hashed := func() float64 { return counter(scrape(t, addr), "kvfs_commit_hashed_bytes_total") }
+	hashed := func() float64 { return chunkSumHashed(t, addr) }
 	r := rand.New(rand.NewPCG(29, 7))
 	tokens := make([]uint32, 2400)
 	for i := range tokens {
