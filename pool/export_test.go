@@ -28,6 +28,25 @@ func (p *Pool) BeforeEvict(f func(path string)) { p.beforeEvict = f }
 // snapshot record is from's, as a host (or anyone with write access to
 // the bucket) that lies would: a lookup must not trust it.
 func (p *Pool) ForgeSnap(ctx context.Context, path, from string) error {
+	return p.forge(ctx, path, from, func(forged, src *Manifest) { forged.Snap = src.Snap })
+}
+
+// ForgeLineage points path at a manifest whose chunks are path's but
+// whose lineage record is from's: a publish that takes it as a parent
+// must not store wrong bytes.
+func (p *Pool) ForgeLineage(ctx context.Context, path, from string) error {
+	return p.forge(ctx, path, from, func(forged, src *Manifest) { forged.Lineage = src.Lineage })
+}
+
+// RewriteAsVersion1 points path at a version 1 manifest of its chunks,
+// as a kvfs before 2026-12-03 wrote: path must have been published with
+// FixedChunks and no lineage.
+func (p *Pool) RewriteAsVersion1(ctx context.Context, path string) error {
+	return p.forge(ctx, path, path, func(forged, _ *Manifest) { forged.V, forged.ChunkSize, forged.Lineage = 1, p.chunkSize, nil })
+}
+
+// forge points path at a copy of its manifest changed by edit.
+func (p *Pool) forge(ctx context.Context, path, from string, edit func(forged, src *Manifest)) error {
 	names, _, err := p.coord.names(ctx, "", 0)
 	if err != nil {
 		return err
@@ -41,7 +60,7 @@ func (p *Pool) ForgeSnap(ctx context.Context, path, from string) error {
 		return err
 	}
 	forged := *m
-	forged.Snap = src.Snap
+	edit(&forged, src)
 	name, b, err := forged.Encode()
 	if err != nil {
 		return err

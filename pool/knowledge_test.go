@@ -19,11 +19,12 @@ func TestKnowledgeSurvivesRestart(t *testing.T) {
 	if err := a.Publish(ctx, "one", bytes.NewReader(data), int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
+	known := a.Stats().KnownChunks
 	a.Close()
 	before, n := packBytes(t, s)
 	a2 := s.host(t, s.config(t, cacheDir))
-	if got := a2.Stats().KnownChunks; got != 11 {
-		t.Fatalf("after a restart the host knows %d chunks, want 11 (700000 bytes in 64 KiB chunks)", got)
+	if got := a2.Stats().KnownChunks; got != known || got < 700_000/(64<<10) {
+		t.Fatalf("after a restart the host knows %d chunks, want the %d it published (700000 bytes in chunks of at most 64 KiB)", got, known)
 	}
 	if err := a2.Publish(ctx, "two", bytes.NewReader(data), int64(len(data))); err != nil {
 		t.Fatal(err)

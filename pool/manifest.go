@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
+
+	"github.com/kvfs/kvfs/mlx"
 )
 
 // Object names inside the pool's prefix. Both kinds are named by the
@@ -26,14 +29,40 @@ const (
 )
 
 // Manifest is a pool file: its size and, in file order, where each of
-// its chunks lies. Every chunk but the last is ChunkSize long.
+// its chunks lies.
+//
+// Version 1 (kvfs before 2026-12-03) cut every file every ChunkSize
+// bytes from offset 0; version 2 cuts as a local store does (row-aware
+// and parent-aligned for the formats the store parses, by content for
+// the rest: store.Cut), so each chunk records its length, and a read
+// finds its chunks by binary search. A host that reads only version 1
+// refuses a version 2 manifest with "manifest version 2: this kvfs reads
+// version 1": every host of a pool must be upgraded before any publishes.
 type Manifest struct {
-	Size      int64
-	ChunkSize int64
+	V         int   // 1 or 2; 0 encodes as 2
+	Size      int64 // the file's length: the sum of its chunks' lengths
+	ChunkSize int64 // version 1: every chunk but the last is this long
 	Chunks    []ChunkRef
 	// Snap describes a file that parsed as a snapshot when it was
 	// published (match.go); nil for any other file.
 	Snap *SnapInfo
+	// Lineage is what a later publish finds this file as a parent by
+	// (version 2; nil for a file of no format with rows).
+	Lineage *LineageInfo
+
+	ends []int64 // ends[i]: the file offset after chunk i
+}
+
+// LineageInfo is a manifest's record of what its file's parent is found
+// by (store.Lineage): the layout key of its rows and the chain keys of
+// its tokens under that key (lineageKeys). Like SnapInfo it is a hint
+// from whoever published the manifest: a publish that takes the file as
+// a parent parses the parent's own header, through checked chunks, and
+// a chunk it reuses is one the new file's bytes hash to.
+type LineageInfo struct {
+	Kind, Layout string
+	Tokens       int64
+	Keys         [][32]byte // h(0) … h(Tokens/256)
 }
 
 // SnapInfo is what a lookup needs to choose a snapshot's candidates
@@ -58,11 +87,19 @@ type ChunkRef struct {
 }
 
 type manifestJSON struct {
-	V         int         `json:"v"`
-	Size      int64       `json:"size"`
-	ChunkSize int64       `json:"chunk_size"`
-	Chunks    []chunkJSON `json:"chunks"`
-	Snap      *snapJSON   `json:"snap,omitempty"`
+	V         int          `json:"v"`
+	Size      int64        `json:"size"`
+	ChunkSize int64        `json:"chunk_size,omitempty"`
+	Chunks    []chunkJSON  `json:"chunks"`
+	Snap      *snapJSON    `json:"snap,omitempty"`
+	Lineage   *lineageJSON `json:"lineage,omitempty"`
+}
+
+type lineageJSON struct {
+	Kind   string   `json:"kind"`
+	Layout string   `json:"layout"`
+	Tokens int64    `json:"tokens"`
+	Keys   []string `json:"keys"`
 }
 
 type snapJSON struct {
@@ -86,13 +123,30 @@ type chunkJSON struct {
 	Sum  string `json:"sum"`
 	Pack string `json:"pack"`
 	Off  int64  `json:"off"`
+	Len  int64  `json:"len,omitempty"` // version 2
 }
 
 // Encode is the manifest's object bytes and the name they go under.
 func (m *Manifest) Encode() (name string, b []byte, err error) {
-	j := manifestJSON{V: 1, Size: m.Size, ChunkSize: m.ChunkSize, Chunks: make([]chunkJSON, len(m.Chunks))}
+	v := m.V
+	if v == 0 {
+		v = 2
+	}
+	j := manifestJSON{V: v, Size: m.Size, Chunks: make([]chunkJSON, len(m.Chunks))}
+	if v == 1 {
+		j.ChunkSize = m.ChunkSize
+	}
 	for i, c := range m.Chunks {
 		j.Chunks[i] = chunkJSON{Sum: hex.EncodeToString(c.Sum[:]), Pack: c.Pack, Off: c.Off}
+		if v >= 2 {
+			j.Chunks[i].Len = c.Len
+		}
+	}
+	if l := m.Lineage; l != nil && v >= 2 {
+		j.Lineage = &lineageJSON{Kind: l.Kind, Layout: l.Layout, Tokens: l.Tokens, Keys: make([]string, len(l.Keys))}
+		for i, k := range l.Keys {
+			j.Lineage.Keys[i] = hex.EncodeToString(k[:])
+		}
 	}
 	if sn := m.Snap; sn != nil {
 		j.Snap = &snapJSON{Model: sn.Model, Fingerprint: sn.Fingerprint, NS: sn.NS, Tokens: sn.Tokens,
@@ -127,20 +181,27 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	if j.V != 1 {
-		return nil, fmt.Errorf("manifest version %d: this kvfs reads version 1", j.V)
-	}
-	if j.ChunkSize < minChunkSize || j.ChunkSize > maxChunkSize {
-		return nil, fmt.Errorf("manifest chunk size %d: want %d to %d", j.ChunkSize, minChunkSize, maxChunkSize)
+	if j.V != 1 && j.V != 2 {
+		return nil, fmt.Errorf("manifest version %d: this kvfs reads versions 1 and 2 (a newer kvfs wrote it?)", j.V)
 	}
 	if j.Size < 0 || j.Size > maxFileSize {
 		return nil, fmt.Errorf("manifest size %d: want 0 to %d", j.Size, int64(maxFileSize))
 	}
-	want := (j.Size + j.ChunkSize - 1) / j.ChunkSize
-	if int64(len(j.Chunks)) != want {
-		return nil, fmt.Errorf("manifest of %d bytes lists %d chunks of %d, want %d", j.Size, len(j.Chunks), j.ChunkSize, want)
+	m := &Manifest{V: j.V, Size: j.Size, Chunks: make([]ChunkRef, len(j.Chunks))}
+	if j.V == 1 {
+		if j.ChunkSize < minChunkSize || j.ChunkSize > maxChunkSize {
+			return nil, fmt.Errorf("manifest chunk size %d: want %d to %d", j.ChunkSize, minChunkSize, maxChunkSize)
+		}
+		want := (j.Size + j.ChunkSize - 1) / j.ChunkSize
+		if int64(len(j.Chunks)) != want {
+			return nil, fmt.Errorf("manifest of %d bytes lists %d chunks of %d, want %d", j.Size, len(j.Chunks), j.ChunkSize, want)
+		}
+		m.ChunkSize = j.ChunkSize
+	} else if j.ChunkSize != 0 {
+		return nil, fmt.Errorf("manifest version 2 with a chunk size: chunks record their lengths")
 	}
-	m := &Manifest{Size: j.Size, ChunkSize: j.ChunkSize, Chunks: make([]ChunkRef, len(j.Chunks))}
+	m.ends = make([]int64, len(j.Chunks))
+	var end int64
 	for i, c := range j.Chunks {
 		sum, err := hex.DecodeString(c.Sum)
 		if err != nil || len(sum) != 32 {
@@ -149,12 +210,25 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		if !isHash(c.Pack) {
 			return nil, fmt.Errorf("manifest chunk %d: pack %q is not a sha256", i, c.Pack)
 		}
-		n := chunkLen(j.Size, j.ChunkSize, i)
+		n := c.Len
+		if j.V == 1 {
+			if c.Len != 0 {
+				return nil, fmt.Errorf("manifest version 1, chunk %d: a length", i)
+			}
+			n = chunkLen(j.Size, j.ChunkSize, i)
+		} else if n <= 0 || n > maxChunkSize || n > j.Size-end {
+			return nil, fmt.Errorf("manifest chunk %d: length %d at %d of a file of %d bytes: want 1 to %d, within the file", i, n, end, j.Size, int64(maxChunkSize))
+		}
 		if c.Off < 0 || c.Off > math.MaxInt64-n {
 			return nil, fmt.Errorf("manifest chunk %d: offset %d out of range", i, c.Off)
 		}
 		m.Chunks[i] = ChunkRef{Pack: c.Pack, Off: c.Off, Len: n}
 		copy(m.Chunks[i].Sum[:], sum)
+		end += n
+		m.ends[i] = end
+	}
+	if end != j.Size {
+		return nil, fmt.Errorf("manifest of %d bytes: its chunks hold %d", j.Size, end)
 	}
 	if j.Snap != nil {
 		sn, err := decodeSnap(j.Snap)
@@ -163,7 +237,75 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		}
 		m.Snap = sn
 	}
+	if j.Lineage != nil {
+		if j.V < 2 {
+			return nil, fmt.Errorf("manifest version 1 with a lineage record")
+		}
+		l, err := decodeLineage(j.Lineage)
+		if err != nil {
+			return nil, fmt.Errorf("manifest lineage record: %w", err)
+		}
+		m.Lineage = l
+	}
 	return m, nil
+}
+
+// index computes the chunks' end offsets of a manifest made here.
+func (m *Manifest) index() {
+	m.ends = make([]int64, len(m.Chunks))
+	var end int64
+	for i, c := range m.Chunks {
+		end += c.Len
+		m.ends[i] = end
+	}
+}
+
+// chunkAt returns the index of the chunk holding file offset off (0 <=
+// off < Size), and the chunk's start.
+func (m *Manifest) chunkAt(off int64) (int, int64) {
+	i := sort.Search(len(m.ends), func(i int) bool { return m.ends[i] > off })
+	if i == 0 {
+		return 0, 0
+	}
+	return i, m.ends[i-1]
+}
+
+// lineageFingerprint roots a lineage's chain keys apart from prefix
+// lookup's (docs/PREFIX.md), which are rooted at the engine's model.
+const lineageFingerprint = "kvfs-lineage"
+
+// lineageKeys are the chain keys of tokens under layout key layout.
+func lineageKeys(layout string, tokens []uint32) [][32]byte {
+	keys := mlx.ChainKeys(layout, lineageFingerprint, "", tokens)
+	out := make([][32]byte, len(keys))
+	for i, k := range keys {
+		out[i] = k
+	}
+	return out
+}
+
+// maxKindLen bounds a lineage's kind (store.Lineage.Kind: a short word).
+const maxKindLen = 32
+
+func decodeLineage(j *lineageJSON) (*LineageInfo, error) {
+	switch {
+	case j.Layout == "" || len(j.Layout) > maxSnapString:
+		return nil, fmt.Errorf("a layout key of %d bytes: want 1 to %d", len(j.Layout), maxSnapString)
+	case len(j.Kind) > maxKindLen:
+		return nil, fmt.Errorf("a kind of %d bytes: over the limit of %d", len(j.Kind), maxKindLen)
+	case j.Tokens < 0 || j.Tokens > maxSnapTokens:
+		return nil, fmt.Errorf("%d tokens: want 0 to %d", j.Tokens, maxSnapTokens)
+	case int64(len(j.Keys)) != j.Tokens/groupTokens+1:
+		return nil, fmt.Errorf("%d chain keys for %d tokens, want %d", len(j.Keys), j.Tokens, j.Tokens/groupTokens+1)
+	}
+	l := &LineageInfo{Kind: j.Kind, Layout: j.Layout, Tokens: j.Tokens, Keys: make([][32]byte, len(j.Keys))}
+	for i, k := range j.Keys {
+		if !isHash(k) {
+			return nil, fmt.Errorf("chain key %d: %q is not a sha256", i, k)
+		}
+		hex.Decode(l.Keys[i][:], []byte(k))
+	}
+	return l, nil
 }
 
 // checkSnap applies a manifest's limits to a snapshot record with

@@ -27,8 +27,15 @@ type Config struct {
 	// daemon runs (by the disk, or another root process) is then a miss,
 	// never wrong bytes (kvfs mount --verify).
 	VerifyCache bool
-	// ChunkSize is the size of the chunks files are cut into (0: 1 MiB).
+	// ChunkSize is the longest chunk files are cut into (0: 1 MiB):
+	// rows every ChunkSize bytes after their parent's chunks, bytes of
+	// no parsed format by content into chunks of ChunkSize/8 to
+	// ChunkSize (store.Cut).
 	ChunkSize int64
+	// FixedChunks cuts bytes of no parsed format every ChunkSize bytes
+	// instead of by content, as a store with chunking=fixed does (tests
+	// that count chunks use it).
+	FixedChunks bool
 	// PackBytes is the size at which a publish closes a pack object (0:
 	// 32 MiB).
 	PackBytes int64
@@ -50,17 +57,19 @@ type Pool struct {
 	coord     *coord
 	cache     *Cache
 	chunkSize int64
+	fixed     bool
 	packBytes int64
 	opTimeout time.Duration
 	log       *slog.Logger
 
 	mu        sync.Mutex
-	known     map[[32]byte]loc     // chunks this host believes are in the pool
-	manifests map[string]*Manifest // manifests read, by hash (immutable): a cache
-	seen      map[string]bool      // manifests learned (publish.go, learn)
-	know      *knowledge           // the local index of them, with a cache directory
-	touched   map[string]time.Time // when this host last recorded a use of each name (evict.go)
-	snaps     map[string]*SnapInfo // records made late, by manifest (match.go)
+	known     map[[32]byte]loc        // chunks this host believes are in the pool
+	manifests map[string]*Manifest    // manifests read, by hash (immutable): a cache
+	seen      map[string]bool         // manifests learned (publish.go, learn)
+	know      *knowledge              // the local index of them, with a cache directory
+	touched   map[string]time.Time    // when this host last recorded a use of each name (evict.go)
+	snaps     map[string]*SnapInfo    // records made late, by manifest (match.go)
+	lineages  map[string]*LineageInfo // lineage records learned, by manifest (parent.go)
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
 	badNames    int // names left out of the last listing (List), logged when it changes
@@ -140,12 +149,14 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		s3:        s3b,
 		etcd:      co.etcd,
 		chunkSize: cfg.ChunkSize,
+		fixed:     cfg.FixedChunks,
 		packBytes: cfg.PackBytes,
 		opTimeout: cfg.OpTimeout,
 		log:       cfg.Logger,
 		known:     map[[32]byte]loc{},
 		manifests: map[string]*Manifest{},
 		seen:      map[string]bool{},
+		lineages:  map[string]*LineageInfo{},
 		touched:   map[string]time.Time{},
 		snaps:     map[string]*SnapInfo{},
 	}

@@ -3,7 +3,6 @@ package pool_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvfs/kvfs/pool"
+	"github.com/kvfs/kvfs/store"
 )
 
 var ctx = context.Background()
@@ -122,10 +123,11 @@ func TestTwoHostsShare(t *testing.T) {
 	a := s.host(t, s.config(t, t.TempDir()))
 	b := s.host(t, s.config(t, t.TempDir()))
 
-	data := randBytes(3_300_001, 1) // 51 chunks of 64 KiB, 4 packs
+	data := randBytes(3_300_001, 1) // about 100 chunks cut by content, 4 packs
 	if err := a.Publish(ctx, "models/llama/one.mlxkv", bytes.NewReader(data), int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
+	chunks := a.Stats().KnownChunks
 	names, err := b.List(ctx, "models/")
 	if err != nil || len(names) != 1 || names[0] != "models/llama/one.mlxkv" {
 		t.Fatalf("B lists %q, %v", names, err)
@@ -133,8 +135,8 @@ func TestTwoHostsShare(t *testing.T) {
 	checkFile(t, b, "models/llama/one.mlxkv", data, 2)
 	// A second read through B comes from its cache.
 	checkFile(t, b, "models/llama/one.mlxkv", data, 3)
-	if st := b.Stats(); st.Cache.Hits == 0 || st.Cache.Chunks != 51 {
-		t.Fatalf("B's cache after two reads: %+v", st.Cache)
+	if st := b.Stats(); st.Cache.Hits == 0 || st.Cache.Chunks != chunks {
+		t.Fatalf("B's cache after two reads: %+v, want the file's %d chunks", st.Cache, chunks)
 	}
 	// Four readers of one open file at once, at unaligned offsets, through
 	// a host with a cold cache.
@@ -173,8 +175,8 @@ func TestTwoHostsShare(t *testing.T) {
 	}
 	before, _ := packBytes(t, s)
 
-	// The series: snapshot k is the first 64 KiB × (8 + 5k) + 1000 bytes
-	// of one token stream (a partial last chunk each time).
+	// The series: file k is the first 64 KiB × (8 + 5k) + 1000 bytes of
+	// one stream of bytes of no format (a partial last chunk each time).
 	base := randBytes(64<<10*60, 7)
 	distinct := map[[32]byte]int64{}
 	for k := range 8 {
@@ -186,9 +188,16 @@ func TestTwoHostsShare(t *testing.T) {
 		if err := host.Publish(ctx, fmt.Sprintf("series/%d", k), bytes.NewReader(base[:n]), int64(n)); err != nil {
 			t.Fatal(err)
 		}
-		for off := 0; off < n; off += 64 << 10 {
-			c := base[off:min(n, off+64<<10)]
-			distinct[sha256.Sum256(c)] = int64(len(c))
+		// Bytes of no format are cut by content, as a store cuts them.
+		_, err := store.Cut(ctx, bytes.NewReader(base[:n]), int64(n), store.CutOptions{ChunkSize: 64 << 10},
+			func(cs []store.Chunk, _ int64, _ []byte) error {
+				for _, c := range cs {
+					distinct[c.Sum] = c.Len
+				}
+				return nil
+			})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 	var want int64
@@ -366,11 +375,66 @@ func TestManifestRejects(t *testing.T) {
 		{"bad pack", `{"v":1,"size":1,"chunk_size":65536,"chunks":[{"sum":"` + strings.Repeat("a", 64) + `","pack":"../x","off":0}]}`},
 		{"negative offset", `{"v":1,"size":1,"chunk_size":65536,"chunks":[{"sum":"` + strings.Repeat("a", 64) + `","pack":"` + strings.Repeat("b", 64) + `","off":-5}]}`},
 		{"offset overflow", `{"v":1,"size":1,"chunk_size":65536,"chunks":[{"sum":"` + strings.Repeat("a", 64) + `","pack":"` + strings.Repeat("b", 64) + `","off":9223372036854775807}]}`},
+		{"v1 with a length", `{"v":1,"size":1,"chunk_size":65536,"chunks":[` + chunkDoc(0, 1) + `]}`},
+		{"v1 with a lineage", `{"v":1,"size":0,"chunk_size":65536,"chunks":[]` + lineageDoc("mlxkv", "k", 0, 1) + `}`},
+		{"v2 without lengths", `{"v":2,"size":1,"chunks":[` + chunkDoc(0, 0) + `]}`},
+		{"v2 zero length", `{"v":2,"size":1,"chunks":[` + chunkDoc(0, 0) + `,` + chunkDoc(0, 1) + `]}`},
+		{"v2 negative length", `{"v":2,"size":1,"chunks":[` + chunkDoc(0, -1) + `,` + chunkDoc(0, 2) + `]}`},
+		{"v2 short", `{"v":2,"size":10,"chunks":[` + chunkDoc(0, 4) + `,` + chunkDoc(4, 5) + `]}`},
+		{"v2 past the end", `{"v":2,"size":10,"chunks":[` + chunkDoc(0, 4) + `,` + chunkDoc(4, 7) + `]}`},
+		{"v2 chunk too long", `{"v":2,"size":134217728,"chunks":[` + chunkDoc(0, 134217728) + `]}`},
+		{"v2 length overflow", `{"v":2,"size":2,"chunks":[` + chunkDoc(0, 9223372036854775807) + `,` + chunkDoc(0, 9223372036854775807) + `]}`},
+		{"v2 offset overflow", `{"v":2,"size":2,"chunks":[` + chunkDoc(9223372036854775807, 2) + `]}`},
+		{"v2 with a chunk size", `{"v":2,"size":0,"chunk_size":65536,"chunks":[]}`},
+		{"lineage without layout", `{"v":2,"size":0,"chunks":[]` + lineageDoc("mlxkv", "", 0, 1) + `}`},
+		{"lineage few keys", `{"v":2,"size":0,"chunks":[]` + lineageDoc("mlxkv", "k", 600, 2) + `}`},
+		{"lineage many keys", `{"v":2,"size":0,"chunks":[]` + lineageDoc("mlxkv", "k", 10, 2) + `}`},
+		{"lineage negative tokens", `{"v":2,"size":0,"chunks":[]` + lineageDoc("mlxkv", "k", -1, 1) + `}`},
+		{"lineage long layout", `{"v":2,"size":0,"chunks":[]` + lineageDoc("mlxkv", strings.Repeat("k", 5000), 0, 1) + `}`},
+		{"lineage long kind", `{"v":2,"size":0,"chunks":[]` + lineageDoc(strings.Repeat("k", 33), "k", 0, 1) + `}`},
+		{"lineage bad key", `{"v":2,"size":0,"chunks":[],"lineage":{"kind":"mlxkv","layout":"k","tokens":0,"keys":["zz"]}}`},
 	} {
 		if _, err := pool.DecodeManifest([]byte(c.doc)); err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
 	}
+	// A manifest of a newer kvfs is refused saying so.
+	_, err := pool.DecodeManifest([]byte(`{"v":3,"size":0,"chunks":[]}`))
+	if err == nil || !strings.Contains(err.Error(), "manifest version 3: this kvfs reads versions 1 and 2") {
+		t.Fatalf("version 3: %v", err)
+	}
+	// Both versions that are valid decode.
+	for _, doc := range []string{
+		`{"v":1,"size":70000,"chunk_size":65536,"chunks":[` + chunkDoc(0, 0) + `,` + chunkDoc(65536, 0) + `]}`,
+		`{"v":2,"size":10,"chunks":[` + chunkDoc(0, 4) + `,` + chunkDoc(4, 6) + `]` + lineageDoc("llama", "k", 700, 3) + `}`,
+	} {
+		m, err := pool.DecodeManifest([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if _, enc, err := m.Encode(); err != nil || string(enc) != doc {
+			t.Fatalf("%s encodes to %s, %v", doc, enc, err)
+		}
+	}
+}
+
+// chunkDoc is a manifest's chunk entry (a length of 0 is left out, as
+// version 1 writes them).
+func chunkDoc(off, n int64) string {
+	doc := `{"sum":"` + strings.Repeat("a", 64) + `","pack":"` + strings.Repeat("b", 64) + `","off":` + fmt.Sprint(off)
+	if n != 0 {
+		doc += `,"len":` + fmt.Sprint(n)
+	}
+	return doc + `}`
+}
+
+// lineageDoc is a manifest's lineage record with nKeys chain keys.
+func lineageDoc(kind, layout string, tokens int64, nKeys int) string {
+	keys := make([]string, nKeys)
+	for i := range keys {
+		keys[i] = `"` + strings.Repeat("c", 64) + `"`
+	}
+	return fmt.Sprintf(`,"lineage":{"kind":%q,"layout":%q,"tokens":%d,"keys":[%s]}`, kind, layout, tokens, strings.Join(keys, ","))
 }
 
 // FuzzDecodeManifest: no input panics, and what is accepted encodes back
@@ -381,6 +445,8 @@ func FuzzDecodeManifest(f *testing.F) {
 	snap := `,"snap":{"model":"m","fingerprint":"f","ns":"","tokens":300,"min_reusable":0,"trimmable":true,"keys":["` + strings.Repeat("e", 64) + `","` + strings.Repeat("f", 64) + `"]}}`
 	f.Add([]byte(`{"v":1,"size":0,"chunk_size":65536,"chunks":[]` + snap))
 	f.Add([]byte(`{"v":1,"size":0,"chunk_size":65536,"chunks":[],"snap":{"tokens":300,"min_reusable":301,"keys":[]}}`))
+	f.Add([]byte(`{"v":2,"size":10,"chunks":[` + chunkDoc(0, 4) + `,` + chunkDoc(4, 6) + `]` + lineageDoc("llama", "k", 700, 3) + `}`))
+	f.Add([]byte(`{"v":2,"size":5,"chunks":[` + chunkDoc(0, 5) + `]` + snap))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := pool.DecodeManifest(b)
 		if err != nil {
@@ -398,6 +464,10 @@ func FuzzDecodeManifest(f *testing.F) {
 			if m.Chunks[i] != m2.Chunks[i] {
 				t.Fatalf("chunk %d: %+v != %+v", i, m.Chunks[i], m2.Chunks[i])
 			}
+		}
+		if (m.Lineage == nil) != (m2.Lineage == nil) || m.Lineage != nil && (m.Lineage.Layout != m2.Lineage.Layout ||
+			m.Lineage.Tokens != m2.Lineage.Tokens || !slices.Equal(m.Lineage.Keys, m2.Lineage.Keys)) {
+			t.Fatalf("lineage round trip: %+v != %+v", m.Lineage, m2.Lineage)
 		}
 		if (m.Snap == nil) != (m2.Snap == nil) || m.Snap != nil && (m.Snap.Tokens != m2.Snap.Tokens || len(m.Snap.Keys) != len(m2.Snap.Keys) ||
 			m.Snap.Model != m2.Snap.Model || m.Snap.MinReusable != m2.Snap.MinReusable) {

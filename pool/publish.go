@@ -2,6 +2,7 @@ package pool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,10 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvfs/kvfs/store"
 )
 
 // Publish stores size bytes read from r as the pool file path, following
@@ -130,32 +134,38 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	}()
 
 	crashPoint("begun")
-	p.learnNames(ctx)
-	w := &publishing{p: p, m: Manifest{Size: size, ChunkSize: p.chunkSize, Snap: snap},
+	names := p.learnNames(ctx)
+	w := &publishing{p: p, m: Manifest{V: 2, Size: size, Snap: snap},
 		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
 	defer w.wait() // no upload outlives its attempt (before the key goes)
-	buf := make([]byte, p.chunkSize)
-	for off := int64(0); off < size; off += p.chunkSize {
+	// The file is cut as a local store cuts it (store.Cut): rows that
+	// grow with the tokens, cut where the parent's chunks end, so that a
+	// prefix-growth series shares its rows whichever host publishes
+	// each snapshot; bytes of no such format by content.
+	opt := store.CutOptions{ChunkSize: p.chunkSize, Fixed: p.fixed, Path: path, Log: p.log,
+		Parent: func(l store.Lineage) *store.CutParent { return p.parentOf(ctx, l, names) }}
+	lin, err := store.Cut(ctx, r, size, opt, func(chunks []store.Chunk, base int64, data []byte) error {
 		select {
 		case <-sess.Done():
 			p.coord.dropSession(sess)
-			return "", ErrLeaseLost
+			return ErrLeaseLost
 		default:
 		}
-		n := min(p.chunkSize, size-off)
-		// A short read (the source shrank since its size was taken)
-		// fails the publish: the rest of buf holds the last chunk's
-		// bytes, which must never be published under this chunk's hash.
-		if got, err := r.ReadAt(buf[:n], off); got < int(n) {
-			if err == nil || errors.Is(err, io.EOF) {
-				err = fmt.Errorf("%d of %d bytes: the file is shorter than its size (changed while it was published?)", got, n)
+		if err := w.checkReuse(ctx, chunks); err != nil {
+			return err
+		}
+		for _, c := range chunks {
+			if err := w.add(ctx, c.Sum, data[c.Off-base:c.Off-base+c.Len]); err != nil {
+				return err
 			}
-			return "", fmt.Errorf("read at %d: %w", off, err)
 		}
-		if err := w.add(ctx, buf[:n]); err != nil {
-			return "", err
-		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
+	w.m.Lineage = lineageInfo(lin)
+	w.m.index()
 	if err := w.flush(ctx); err != nil {
 		w.wait()
 		return "", err
@@ -192,10 +202,10 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	return name, nil
 }
 
-// add appends one chunk to the manifest: a reference to a copy the pool
-// holds (verified during this attempt), or new bytes in the open pack.
-func (w *publishing) add(ctx context.Context, b []byte) error {
-	sum := sha256.Sum256(b)
+// add appends one chunk, b of sha256 sum, to the manifest: a reference
+// to a copy the pool holds (verified during this attempt), or new bytes
+// in the open pack.
+func (w *publishing) add(ctx context.Context, sum [32]byte, b []byte) error {
 	ref := ChunkRef{Sum: sum, Len: int64(len(b))}
 	if l, ok := w.fresh[sum]; ok {
 		ref.Pack, ref.Off = l.pack, l.off
@@ -278,6 +288,13 @@ func (w *publishing) reuse(ctx context.Context, sum [32]byte, l loc, n int64) (b
 			return false, err
 		}
 	}
+	w.misplaced(sum, l)
+	return false, nil
+}
+
+// misplaced forgets a place that does not hold the chunk a manifest said
+// it does: the chunk is uploaded anew.
+func (w *publishing) misplaced(sum [32]byte, l loc) {
 	w.p.mu.Lock()
 	if cur, ok := w.p.known[sum]; ok && cur.pack == l.pack && cur.off == l.off {
 		delete(w.p.known, sum)
@@ -285,8 +302,100 @@ func (w *publishing) reuse(ctx context.Context, sum [32]byte, l loc, n int64) (b
 	w.p.mu.Unlock()
 	w.p.log.Warn("pool: a manifest places a chunk where its bytes are not; it is uploaded again",
 		"chunk", hex.EncodeToString(sum[:]), "pack", l.pack, "off", l.off, "len", l.len)
-	return false, nil
 }
+
+// checkReuse checks the places of a batch's chunks that this host knows
+// only from a manifest (reuse) before add takes them one by one: a file
+// whose rows another host published reuses thousands of such chunks,
+// which add would check one GET after another. Chunks that lie next to
+// each other in a pack are read with one ranged GET of up to
+// maxCheckRun bytes, up to readers GETs at a time.
+func (w *publishing) checkReuse(ctx context.Context, chunks []store.Chunk) error {
+	type check struct {
+		sum [32]byte
+		l   loc
+	}
+	var checks []check
+	seen := map[[32]byte]bool{}
+	for _, c := range chunks {
+		if seen[c.Sum] {
+			continue
+		}
+		seen[c.Sum] = true
+		if _, ok := w.fresh[c.Sum]; ok {
+			continue
+		}
+		if _, ok := w.pending[c.Sum]; ok {
+			continue
+		}
+		w.p.mu.Lock()
+		l, known := w.p.known[c.Sum]
+		w.p.mu.Unlock()
+		if !known || l.checked || l.len != c.Len {
+			continue // add uploads it, or has nothing to check
+		}
+		ok, err := w.verify(ctx, l.pack)
+		if err != nil {
+			return err
+		}
+		if ok {
+			checks = append(checks, check{c.Sum, l})
+		}
+	}
+	if len(checks) < 2 {
+		return nil // add checks it
+	}
+	slices.SortFunc(checks, func(a, b check) int {
+		return cmp.Or(strings.Compare(a.l.pack, b.l.pack), cmp.Compare(a.l.off, b.l.off))
+	})
+	var runs [][]check
+	for i, c := range checks {
+		if i > 0 {
+			run := runs[len(runs)-1]
+			first, last := run[0].l, run[len(run)-1].l
+			if c.l.pack == last.pack && c.l.off == last.off+last.len && c.l.off+c.l.len-first.off <= maxCheckRun {
+				runs[len(runs)-1] = append(run, c)
+				continue
+			}
+		}
+		runs = append(runs, []check{c})
+	}
+	errs := make(chan error, len(runs))
+	sem := make(chan struct{}, readers)
+	for _, run := range runs {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			first, last := run[0].l, run[len(run)-1].l
+			octx, cancel := w.p.op(ctx)
+			b, err := w.p.objs.ReadRange(octx, packDir+first.pack, first.off, last.off+last.len-first.off)
+			cancel()
+			if err != nil && !errors.Is(err, ErrNoObject) {
+				errs <- err
+				return
+			}
+			for _, c := range run {
+				at := c.l.off - first.off
+				if err == nil && int64(len(b)) >= at+c.l.len && sha256.Sum256(b[at:at+c.l.len]) == c.sum {
+					w.p.checked(ChunkRef{Sum: c.sum, Pack: c.l.pack, Off: c.l.off, Len: c.l.len})
+					continue
+				}
+				w.misplaced(c.sum, c.l)
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range runs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// maxCheckRun is the most bytes checkReuse reads with one GET.
+const maxCheckRun = 8 << 20
 
 // flush uploads the open pack, if it holds anything.
 func (w *publishing) flush(ctx context.Context) error {
@@ -370,6 +479,12 @@ func (p *Pool) remember(name string, m *Manifest) bool {
 	if len(p.known) >= maxKnown {
 		clear(p.known)
 	}
+	if m.Lineage != nil {
+		if len(p.lineages) >= maxSeen {
+			clear(p.lineages)
+		}
+		p.lineages[name] = m.Lineage
+	}
 	for _, c := range m.Chunks {
 		if l, ok := p.known[c.Sum]; ok && l.checked {
 			continue // a place checked beats a claim
@@ -400,13 +515,15 @@ func (p *Pool) checked(c ChunkRef) {
 // manifest that cannot be read for any reason but its absence: a
 // publish must not wait names × OpTimeout behind a slow or stopped
 // service (red team 23: a 2-byte file's close took 81 s with S3 stopped).
-func (p *Pool) learnNames(ctx context.Context) {
+//
+// It returns the names it listed (path → manifest), nil if it could not.
+func (p *Pool) learnNames(ctx context.Context) map[string]string {
 	lctx, cancel := context.WithTimeout(ctx, p.opTimeout)
 	defer cancel()
 	names, _, err := p.coord.names(lctx, "", 0)
 	if err != nil {
 		p.log.Warn("pool: names not read for dedup", "err", err)
-		return
+		return nil
 	}
 	for _, name := range names {
 		p.mu.Lock()
@@ -422,9 +539,10 @@ func (p *Pool) learnNames(ctx context.Context) {
 		}
 		if lctx.Err() != nil || !(errors.Is(err, fs.ErrNotExist) || unreadable(err)) {
 			p.log.Warn("pool: manifests not read for dedup", "err", err)
-			return
+			return names
 		}
 	}
+	return names
 }
 
 // forgetPack drops what this host knew of a pack that is gone.

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -30,8 +31,9 @@ type File struct {
 	}
 	// ahead are the chunks fetched ahead of a sequential reader, by
 	// index; next is the chunk after the last read's last.
-	ahead map[int]*pending
-	next  int
+	ahead    map[int]*pending
+	aheadSem chan struct{} // bounds the GETs of ahead to readers at once
+	next     int
 }
 
 // pending is a chunk being fetched ahead: data and err are set when done
@@ -43,10 +45,16 @@ type pending struct {
 }
 
 // aheadChunks is how many chunks a sequential reader has fetched ahead of
-// it: the kernel reads a file in requests far smaller than a chunk, one
-// after the other, so without it a cold read waits for one GET per chunk
-// in turn.
-const aheadChunks = 8
+// it at least, and aheadBytes how many bytes (of chunks cut where rows
+// end, which may be far smaller than the chunk size), up to
+// maxAheadChunks: the kernel reads a file in requests far smaller than a
+// chunk, one after the other, so without it a cold read waits for one
+// GET per chunk in turn.
+const (
+	aheadChunks    = 8
+	aheadBytes     = 8 << 20
+	maxAheadChunks = 4096
+)
 
 // Size is the file's length.
 func (f *File) Size() int64 { return f.m.Size }
@@ -239,7 +247,6 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 	if off < 0 {
 		return 0, fmt.Errorf("read %s: negative offset %d", f.path, off)
 	}
-	cs := f.m.ChunkSize
 	end := min(off+int64(len(b)), f.m.Size)
 	if off >= end {
 		if len(b) == 0 {
@@ -247,7 +254,8 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 		}
 		return 0, io.EOF
 	}
-	first, last := int(off/cs), int((end-1)/cs)
+	first, start := f.m.chunkAt(off)
+	last, _ := f.m.chunkAt(end - 1)
 	chunks := make([][]byte, last-first+1)
 	if err := f.fetch(ctx, first, chunks); err != nil {
 		return 0, fmt.Errorf("read %s at %d: %w", f.path, off, err)
@@ -256,7 +264,7 @@ func (f *File) ReadAtContext(ctx context.Context, b []byte, off int64) (int, err
 	for k, data := range chunks {
 		from := int64(0)
 		if k == 0 {
-			from = off - int64(first)*cs
+			from = off - start
 		}
 		if want := f.m.Chunks[first+k].Len; int64(len(data)) != want || from > want {
 			// Every source checks this (Pool.chunk); a slip here would
@@ -296,8 +304,10 @@ func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
 		}
 	}
 	// Sequential: this read starts where the last ended, or in its last
-	// chunk (reads smaller than a chunk).
-	sequential := first == f.next || first == f.next-1
+	// chunk (reads smaller than a chunk); a first read is not, so that a
+	// reader of a few headers (a publish parsing its parent) does not
+	// fetch the file ahead of it.
+	sequential := f.next > 0 && (first == f.next || first == f.next-1)
 	f.next = first + len(out)
 	f.mu.Unlock()
 	for k, pd := range waits {
@@ -316,22 +326,24 @@ func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
 	if sequential {
 		f.readAhead(first + len(out))
 	}
+	var missing []int
+	for k := range out {
+		if out[k] == nil {
+			missing = append(missing, first+k)
+		}
+	}
 	errs := make([]error, len(out))
 	sem := make(chan struct{}, readers)
 	var wg sync.WaitGroup
-	for k := range out {
-		if out[k] != nil {
-			continue
-		}
-		if len(out) == 1 {
-			out[k], errs[k] = f.chunk(ctx, f.m.Chunks[first+k])
-			break
-		}
+	for _, run := range f.runs(missing) {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[k], errs[k] = f.chunk(ctx, f.m.Chunks[first+k])
+			data, rerrs := f.fetchRun(ctx, run)
+			for j, i := range run {
+				out[i-first], errs[i-first] = data[j], rerrs[j]
+			}
 		}()
 	}
 	wg.Wait()
@@ -344,26 +356,129 @@ func (f *File) fetch(ctx context.Context, first int, out [][]byte) error {
 	return nil
 }
 
+// maxRunBytes is the most bytes one GET of a run of chunks reads.
+const maxRunBytes = 8 << 20
+
+// runs groups chunks idx (indexes into f's chunks, ascending) into runs
+// that one ranged GET reads: chunks that lie next to each other in one
+// pack, of up to maxRunBytes in all. A file cut where its rows end (a
+// transposed V's channel runs: chunks of a few hundred bytes) reads
+// thousands of chunks per MiB, which one GET each made reads of 64 KiB
+// take 100 ms.
+func (f *File) runs(idx []int) [][]int {
+	var out [][]int
+	for _, i := range idx {
+		if n := len(out); n > 0 {
+			run := out[n-1]
+			a, z, c := f.m.Chunks[run[0]], f.m.Chunks[run[len(run)-1]], f.m.Chunks[i]
+			if i == run[len(run)-1]+1 && c.Pack == z.Pack && c.Off == z.Off+z.Len && c.Off+c.Len-a.Off <= maxRunBytes {
+				out[n-1] = append(run, i)
+				continue
+			}
+		}
+		out = append(out, []int{i})
+	}
+	return out
+}
+
+// fetchRun returns the bytes of a run of f's chunks (runs), each
+// checked: those in the cache from it, the others with one GET for each
+// stretch of them. A chunk that the GET did not return whole and right
+// is fetched alone (File.chunk), whose error is then that chunk's own.
+func (f *File) fetchRun(ctx context.Context, run []int) ([][]byte, []error) {
+	data := make([][]byte, len(run))
+	errs := make([]error, len(run))
+	var todo []int // positions in run not in the cache
+	for j, i := range run {
+		c := f.m.Chunks[i]
+		if f.p.cache != nil {
+			if b, ok := f.p.cache.Get(c.Sum); ok && int64(len(b)) == c.Len {
+				data[j] = b
+				continue
+			}
+		}
+		todo = append(todo, j)
+	}
+	for len(todo) > 0 {
+		// A stretch: positions next to each other in run.
+		n := 1
+		for n < len(todo) && todo[n] == todo[n-1]+1 {
+			n++
+		}
+		stretch := todo[:n]
+		todo = todo[n:]
+		if len(stretch) > 1 {
+			a, z := f.m.Chunks[run[stretch[0]]], f.m.Chunks[run[stretch[n-1]]]
+			octx, cancel := f.p.op(ctx)
+			b, err := f.p.objs.ReadRange(octx, packDir+a.Pack, a.Off, z.Off+z.Len-a.Off)
+			cancel()
+			if err == nil {
+				for _, j := range stretch {
+					c := f.m.Chunks[run[j]]
+					at := c.Off - a.Off
+					if int64(len(b)) < at+c.Len || sha256.Sum256(b[at:at+c.Len]) != c.Sum {
+						continue
+					}
+					cb := bytes.Clone(b[at : at+c.Len])
+					f.p.checked(c)
+					if f.p.cache != nil {
+						if err := f.p.cache.Add(c.Sum, cb); err != nil {
+							f.p.log.Warn("pool: chunk not cached", "err", err)
+						}
+					}
+					data[j] = cb
+				}
+			}
+		}
+		for _, j := range stretch {
+			if data[j] == nil {
+				data[j], errs[j] = f.chunk(ctx, f.m.Chunks[run[j]])
+			}
+		}
+	}
+	return data, errs
+}
+
 // readAhead starts fetching the chunks from index from on, up to
-// aheadChunks in flight or held. A fetch outlives the read that started
-// it (each call to S3 is bounded by OpTimeout); one that fails is fetched
-// again by the read that needs it, which reports the error.
+// aheadBytes (and aheadChunks at least) in flight or held, a run of
+// chunks next to each other in a pack with one GET. A fetch outlives the
+// read that started it (each call to S3 is bounded by OpTimeout); one
+// that fails is fetched again by the read that needs it, which reports
+// the error.
 func (f *File) readAhead(from int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ahead == nil {
 		f.ahead = map[int]*pending{}
+		f.aheadSem = make(chan struct{}, readers)
 	}
-	for i := from; i < len(f.m.Chunks) && len(f.ahead) < aheadChunks; i++ {
+	var held int64
+	for i := range f.ahead {
+		held += f.m.Chunks[i].Len
+	}
+	var idx []int
+	for i := from; i < len(f.m.Chunks) && len(f.ahead)+len(idx) < maxAheadChunks &&
+		(len(f.ahead)+len(idx) < aheadChunks || held < aheadBytes); i++ {
 		if f.ahead[i] != nil {
 			continue
 		}
-		pd := &pending{done: make(chan struct{})}
-		f.ahead[i] = pd
-		c := f.m.Chunks[i]
+		idx = append(idx, i)
+		held += f.m.Chunks[i].Len
+	}
+	for _, run := range f.runs(idx) {
+		pds := make([]*pending, len(run))
+		for j, i := range run {
+			pds[j] = &pending{done: make(chan struct{})}
+			f.ahead[i] = pds[j]
+		}
 		go func() {
-			pd.data, pd.err = f.chunk(context.Background(), c)
-			close(pd.done)
+			f.aheadSem <- struct{}{}
+			defer func() { <-f.aheadSem }()
+			data, errs := f.fetchRun(context.Background(), run)
+			for j, pd := range pds {
+				pd.data, pd.err = data[j], errs[j]
+				close(pd.done)
+			}
 		}()
 	}
 }

@@ -231,7 +231,8 @@ names:
 			if m == nil || !usesAny(m, sparse) {
 				continue
 			}
-			c := &Manifest{Size: m.Size, ChunkSize: m.ChunkSize, Chunks: slices.Clone(m.Chunks), Snap: m.Snap}
+			c := &Manifest{V: m.V, Size: m.Size, ChunkSize: m.ChunkSize, Chunks: slices.Clone(m.Chunks), Snap: m.Snap,
+				Lineage: m.Lineage, ends: m.ends}
 			for i := range c.Chunks {
 				r := &c.Chunks[i]
 				if to, ok := moved[loc{pack: r.Pack, off: r.Off, len: r.Len}]; ok {

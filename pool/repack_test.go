@@ -19,7 +19,9 @@ import (
 // names now place it, and checked. Every file reads the same throughout.
 func TestRepack(t *testing.T) {
 	s := startServices(t)
-	a := s.host(t, s.config(t, ""))
+	fixed := s.config(t, "")
+	fixed.FixedChunks = true // the live bytes below count 64 KiB chunks
+	a := s.host(t, fixed)
 	b := s.host(t, s.config(t, "")) // no cache: every read is a GET
 	// x fills one pack (16 chunks of 64 KiB); y shares x's first two
 	// chunks and starts a pack of its own; z is unrelated.

@@ -181,34 +181,7 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 	for len(regs) > 0 {
 		b := &batch{off: regs[0].off}
 		var n int64
-		// A batch is one contiguous run of the source: the regions of a
-		// commit of changes (CommitChanges) leave gaps.
-		for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes && regs[0].off == b.off+n) {
-			r := regs[0]
-			if r.row && n == 0 && r.n > batchBytes {
-				// A row longer than a batch (a safetensors tensor of one
-				// row, a llama.cpp layer's K block) is read a batch at a
-				// time: a 2 GiB row made a 2 GiB batch (red team, issue
-				// 29).
-				first, rest := splitRow(r, batchBytes, in.s.chunkSize)
-				b.regions = append(b.regions, first)
-				regs[0] = rest
-				n += first.n
-				break
-			}
-			if !r.row && !r.zero && n+r.n > batchBytes {
-				take := max(in.s.chunkSize, (batchBytes-n)/in.s.chunkSize*in.s.chunkSize)
-				if take < r.n {
-					b.regions = append(b.regions, region{off: r.off, n: take, cdc: r.cdc})
-					regs[0] = region{off: r.off + take, n: r.n - take, cdc: r.cdc}
-					n += take
-					break
-				}
-			}
-			b.regions = append(b.regions, r)
-			n += r.n
-			regs = regs[1:]
-		}
+		b.regions, regs, n = takeBatch(regs, in.s.chunkSize)
 		var buf []byte
 		select {
 		case buf = <-free:
@@ -245,6 +218,40 @@ func (in *ingest) readBatches(ctx context.Context, batches chan<- *batch, free c
 	}
 }
 
+// takeBatch takes the regions of the next batch off regs: whole
+// regions, at least one, of up to batchBytes in all; a plain region is
+// split at a multiple of C, a row longer than a batch by splitRow. It
+// returns the batch, the regions after it (the first of which may be
+// what is left of a split one) and the batch's bytes.
+func takeBatch(regs []region, C int64) (batch, rest []region, n int64) {
+	off := regs[0].off
+	// A batch is one contiguous run of the source: the regions of a
+	// commit of changes (CommitChanges) leave gaps.
+	for len(regs) > 0 && (n == 0 || n+regs[0].n <= batchBytes && regs[0].off == off+n) {
+		r := regs[0]
+		if r.row && n == 0 && r.n > batchBytes {
+			// A row longer than a batch (a safetensors tensor of one
+			// row, a llama.cpp layer's K block) is read a batch at a
+			// time: a 2 GiB row made a 2 GiB batch (red team, issue
+			// 29).
+			first, left := splitRow(r, batchBytes, C)
+			regs[0] = left
+			return append(batch, first), regs, n + first.n
+		}
+		if !r.row && !r.zero && n+r.n > batchBytes {
+			take := max(C, (batchBytes-n)/C*C)
+			if take < r.n {
+				regs[0] = region{off: r.off + take, n: r.n - take, cdc: r.cdc}
+				return append(batch, region{off: r.off, n: take, cdc: r.cdc}), regs, n + take
+			}
+		}
+		batch = append(batch, r)
+		n += r.n
+		regs = regs[1:]
+	}
+	return batch, regs, n
+}
+
 // mapBatch maps n bytes of the source at off, if it is a file that can
 // be mapped; in.mapper, when set, replaces mapSource (tests make mappings
 // fail).
@@ -264,56 +271,11 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 	if in.blob != nil {
 		in.blob.Write(buf)
 	}
-	// Split plain regions into chunk-sized work items so that a single
-	// large region still hashes on every core.
-	type item struct {
-		r    region
-		refs []chunkRef
+	cuts := cdcCuts
+	if in.known != nil {
+		cuts = func(r region, data []byte, C int64) []region { return hintedCuts(r, data, C, in.known) }
 	}
-	var items []item
-	C := in.s.chunkSize
-	for _, r := range regions {
-		data := buf[r.off-base : r.off-base+r.n]
-		if r.zero {
-			if isZero(data) {
-				items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, zero: true}}})
-				continue
-			}
-			r.zero = false
-		}
-		if r.known {
-			items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, id: r.sum}}})
-			continue
-		}
-		if r.row {
-			items = append(items, item{r: r})
-			continue
-		}
-		if r.cdc {
-			// Cut in order here (a cut depends on the one before); the
-			// chunks hash on every core. Long runs of zero pages (holes)
-			// are zero runs.
-			cuts := cdcCuts
-			if in.known != nil {
-				cuts = func(r region, data []byte, C int64) []region { return hintedCuts(r, data, C, in.known) }
-			}
-			for _, part := range splitZeros(r, data) {
-				if part.zero {
-					items = append(items, item{refs: []chunkRef{{off: part.off, n: part.n, zero: true}}})
-					continue
-				}
-				for _, c := range cuts(part, buf[part.off-base:part.off-base+part.n], C) {
-					items = append(items, item{r: c})
-				}
-			}
-			continue
-		}
-		for off := int64(0); off < r.n; off += C {
-			items = append(items, item{r: region{off: r.off + off, n: min(C, r.n-off)}})
-		}
-	}
-	var next, hashed atomic.Int64
-	var faulted atomic.Bool
+	var hashed atomic.Int64
 	// sum is a chunk's sha256: as the writer computed it (in.known), or
 	// hashed here.
 	sum := func(off int64, b []byte) blockstore.ID {
@@ -323,37 +285,10 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 		hashed.Add(int64(len(b)))
 		return blockstore.Sum(b)
 	}
-	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			werr := guardFault(func() error {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(items) {
-						return nil
-					}
-					it := &items[i]
-					if it.refs != nil {
-						continue
-					}
-					refs, err := cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C, sum)
-					if err != nil {
-						return err
-					}
-					it.refs = refs
-				}
-			})
-			if werr != nil {
-				faulted.Store(true)
-			}
-		}()
-	}
-	wg.Wait()
+	refs, err := cutBatch(regions, base, buf, in.s.chunkSize, cuts, sum)
 	in.stats.HashedBytes += hashed.Load()
-	if faulted.Load() {
-		return errSourceChanged
+	if err != nil {
+		return err
 	}
 
 	// Look every chunk not seen in this ingest up in the index at once,
@@ -364,16 +299,14 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 	// but each run's new tail, looked up by the thousand.
 	var unknown []blockstore.ID
 	stored := map[blockstore.ID]bool{}
-	for _, it := range items {
-		for _, c := range it.refs {
-			if !c.zero {
-				if _, ok := in.states[c.id]; !ok {
-					if c.parent {
-						stored[c.id] = true
-						continue
-					}
-					unknown = append(unknown, c.id)
+	for _, c := range refs {
+		if !c.zero {
+			if _, ok := in.states[c.id]; !ok {
+				if c.parent {
+					stored[c.id] = true
+					continue
 				}
+				unknown = append(unknown, c.id)
 			}
 		}
 	}
@@ -402,61 +335,149 @@ func (in *ingest) processBatch(regions []region, base int64, buf []byte, fromFil
 			run = nil
 		}
 	}
-	for _, it := range items {
-		for _, c := range it.refs {
-			in.refs = append(in.refs, c)
-			switch {
-			case c.zero:
-				in.stats.ZeroBytes += c.n
-				flush()
-				continue
-			case c.parent:
-				in.stats.ParentReused += c.n
-			}
-			if _, ok := in.states[c.id]; ok || stored[c.id] {
-				if !ok {
-					in.states[c.id] = &chunkState{off: c.off}
-				}
-				in.stats.ReusedBytes += c.n
-				flush()
-				continue
-			}
-			if in.adopt != nil {
-				// Placed after chunking: in the adopted file itself, or
-				// copied (see place).
+	for _, c := range refs {
+		in.refs = append(in.refs, c)
+		switch {
+		case c.zero:
+			in.stats.ZeroBytes += c.n
+			flush()
+			continue
+		case c.parent:
+			in.stats.ParentReused += c.n
+		}
+		if _, ok := in.states[c.id]; ok || stored[c.id] {
+			if !ok {
 				in.states[c.id] = &chunkState{off: c.off}
-				in.fresh = append(in.fresh, c)
-				in.stats.NewChunks++
-				in.stats.NewBytes += c.n
-				continue
 			}
-			app, loc, err := in.reserve(c.n)
-			if err != nil {
-				return err
-			}
-			switch {
-			case run == nil || run.app != app || run.off+run.n != loc.Off || run.n >= maxGather:
-				flush()
-				run = &writeJob{app: app, off: loc.Off, srcOff: c.off}
-			case run.gathered == nil && run.srcOff+run.n != c.off:
-				// Next in the pack but not in the source (a transposed
-				// V's new tail of each channel run, between stored
-				// bytes): the run's bytes are gathered, to write in
-				// one call rather than one and a writeback hint per
-				// chunk of a few KiB.
-				run.gathered = append(make([]byte, 0, 2*run.n+c.n), buf[run.srcOff-base:run.srcOff-base+run.n]...)
-			}
-			if run.gathered != nil {
-				run.gathered = append(run.gathered, buf[c.off-base:c.off-base+c.n]...)
-			}
-			run.n += c.n
-			in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}
+			in.stats.ReusedBytes += c.n
+			flush()
+			continue
+		}
+		if in.adopt != nil {
+			// Placed after chunking: in the adopted file itself, or
+			// copied (see place).
+			in.states[c.id] = &chunkState{off: c.off}
+			in.fresh = append(in.fresh, c)
 			in.stats.NewChunks++
 			in.stats.NewBytes += c.n
+			continue
 		}
+		app, loc, err := in.reserve(c.n)
+		if err != nil {
+			return err
+		}
+		switch {
+		case run == nil || run.app != app || run.off+run.n != loc.Off || run.n >= maxGather:
+			flush()
+			run = &writeJob{app: app, off: loc.Off, srcOff: c.off}
+		case run.gathered == nil && run.srcOff+run.n != c.off:
+			// Next in the pack but not in the source (a transposed
+			// V's new tail of each channel run, between stored
+			// bytes): the run's bytes are gathered, to write in
+			// one call rather than one and a writeback hint per
+			// chunk of a few KiB.
+			run.gathered = append(make([]byte, 0, 2*run.n+c.n), buf[run.srcOff-base:run.srcOff-base+run.n]...)
+		}
+		if run.gathered != nil {
+			run.gathered = append(run.gathered, buf[c.off-base:c.off-base+c.n]...)
+		}
+		run.n += c.n
+		in.states[c.id] = &chunkState{off: c.off, written: true, loc: loc}
+		in.stats.NewChunks++
+		in.stats.NewBytes += c.n
 	}
 	flush()
 	return nil
+}
+
+// cutBatch cuts the regions of one batch (whose bytes, from file offset
+// base, are buf) into chunks and hashes them on every core: zero regions
+// whose bytes are zero as zero runs, rows by cutRegion, content-cut
+// regions where cuts says (cut in order: a cut depends on the one
+// before), anything else every C bytes. sum gives a chunk's sha256. A
+// fault reading buf (a mapping of a source that shrank) is
+// errSourceChanged.
+func cutBatch(regions []region, base int64, buf []byte, C int64, cuts func(region, []byte, int64) []region,
+	sum func(off int64, b []byte) blockstore.ID) ([]chunkRef, error) {
+	// Split plain regions into chunk-sized work items so that a single
+	// large region still hashes on every core.
+	type item struct {
+		r    region
+		refs []chunkRef
+	}
+	var items []item
+	for _, r := range regions {
+		data := buf[r.off-base : r.off-base+r.n]
+		if r.zero {
+			if isZero(data) {
+				items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, zero: true}}})
+				continue
+			}
+			r.zero = false
+		}
+		if r.known {
+			items = append(items, item{refs: []chunkRef{{off: r.off, n: r.n, id: r.sum}}})
+			continue
+		}
+		if r.row {
+			items = append(items, item{r: r})
+			continue
+		}
+		if r.cdc {
+			// Long runs of zero pages (holes) are zero runs.
+			for _, part := range splitZeros(r, data) {
+				if part.zero {
+					items = append(items, item{refs: []chunkRef{{off: part.off, n: part.n, zero: true}}})
+					continue
+				}
+				for _, c := range cuts(part, buf[part.off-base:part.off-base+part.n], C) {
+					items = append(items, item{r: c})
+				}
+			}
+			continue
+		}
+		for off := int64(0); off < r.n; off += C {
+			items = append(items, item{r: region{off: r.off + off, n: min(C, r.n-off)}})
+		}
+	}
+	var next atomic.Int64
+	var faulted atomic.Bool
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			werr := guardFault(func() error {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(items) {
+						return nil
+					}
+					it := &items[i]
+					if it.refs != nil {
+						continue
+					}
+					refs, err := cutRegion(it.r, buf[it.r.off-base:it.r.off-base+it.r.n], C, sum)
+					if err != nil {
+						return err
+					}
+					it.refs = refs
+				}
+			})
+			if werr != nil {
+				faulted.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if faulted.Load() {
+		return nil, errSourceChanged
+	}
+	var out []chunkRef
+	for _, it := range items {
+		out = append(out, it.refs...)
+	}
+	return out, nil
 }
 
 // splitRow splits a row region of more than limit bytes in two: at the

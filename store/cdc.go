@@ -37,15 +37,6 @@ func (s *Store) cutsByContent() bool {
 	return ok && !s.fixed && s.Settings().Chunking != ChunkingFixed
 }
 
-// plainRegions covers [off, off+n) of a file of no parsed format: cut by
-// content where the store does, else every C bytes.
-func (s *Store) plainRegions(off, n int64) []region {
-	if n <= 0 {
-		return nil
-	}
-	return []region{{off: off, n: n, cdc: s.cutsByContent()}}
-}
-
 // cdcCuts splits a content-cut region of data into regions of one chunk
 // each, cut where the content says, exactly as one pass from its start
 // would cut it, on every core: see parallelCuts.

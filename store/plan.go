@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"math/bits"
 	"path"
 	"regexp"
@@ -90,14 +91,19 @@ func cutEvery(off, n int64) []region {
 // store's caps: a header too long for them is refused before it is
 // parsed.
 func (s *Store) parseSnapshot(src io.ReaderAt, size int64, name string) (*mlx.Snapshot, error) {
-	if err := s.caps.checkHeaderLen(src); err != nil {
+	return s.caps.parse(src, size, name)
+}
+
+// parse parses the snapshot in src within the caps (parseSnapshot).
+func (c snapshotCaps) parse(src io.ReaderAt, size int64, name string) (*mlx.Snapshot, error) {
+	if err := c.checkHeaderLen(src); err != nil {
 		return nil, err
 	}
 	snap, err := mlx.Parse(src, size, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.caps.check(snap); err != nil {
+	if err := c.check(snap); err != nil {
 		return nil, err
 	}
 	return snap, nil
@@ -125,11 +131,34 @@ func sniff(src io.ReaderAt, size int64) string {
 	return kindPlain
 }
 
-// planFor decides how to chunk src. A snapshot (by its name or its
-// bytes) or a llama.cpp state file that fails to parse is stored as a
-// plain file, with the reason noted and logged: ingest never fails
-// because of what a file contains.
+// rowsFunc parses a committed file's layout key and rows, for a child
+// that reuses them (llamaRows, stRows, snapshotRows).
+type rowsFunc func(io.ReaderAt, int64) (string, []slotRows, error)
+
+// planner is what planning a file's chunks needs: the caps within which
+// formats are parsed, whether bytes of no format are cut by content, and
+// where a file's parent comes from. The store plans with its own index
+// (Store.planFor); a pool plans with parents among its own files (Cut).
+type planner struct {
+	caps    snapshotCaps
+	log     *slog.Logger
+	content bool
+	// parent returns the file of layout key with the longest common
+	// token prefix with tokens, its rows read by rows, or nil.
+	parent func(key string, tokens []uint32, rows rowsFunc) *parentSnap
+}
+
+// planFor decides how to chunk src with the store's index for parents.
 func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
+	pl := planner{caps: s.caps, log: s.log, content: s.cutsByContent(), parent: s.findParent}
+	return pl.plan(src, size, comps)
+}
+
+// plan decides how to chunk src. A snapshot (by its name or its bytes)
+// or a llama.cpp state file that fails to parse is stored as a plain
+// file, with the reason noted and logged: ingest never fails because of
+// what a file contains.
+func (s *planner) plan(src io.ReaderAt, size int64, comps []string) *plan {
 	name := comps[len(comps)-1]
 	p := &plan{kind: kindPlain}
 	kind := sniff(src, size)
@@ -154,7 +183,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		}
 		p.kind, p.tokens, p.layout = kindLlama, f.Tokens, f.Key()
 		p.prefix = llamaPrefixRecord(f, src)
-		parent := s.findParent(p.layout, f.Tokens, llamaRows)
+		parent := s.parent(p.layout, f.Tokens, llamaRows)
 		if parent != nil {
 			p.parentIno = parent.ino
 		}
@@ -181,14 +210,14 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		}
 		p.kind, p.layout = kindST, stKey(f)
 		p.tokens = stTokens(src, f, s.caps.tokens)
-		parent := s.findParent(p.layout, p.tokens, stRows)
+		parent := s.parent(p.layout, p.tokens, stRows)
 		if parent != nil {
 			p.parentIno = parent.ino
 		}
 		p.regions = rowRegions(f.DataStart(), slots, size, parent)
 		return p
 	case kind == kindMLXKV || strings.HasSuffix(name, ".mlxkv") || strings.HasSuffix(name, ".mlxkv.tmp"):
-		snap, err := s.parseSnapshot(src, size, path.Join(comps...))
+		snap, err := s.caps.parse(src, size, path.Join(comps...))
 		if err != nil {
 			p.note = err.Error()
 			s.log.Info("storing snapshot as a plain file", "path", path.Join(comps...), "reason", err)
@@ -199,7 +228,7 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		p.layout = layoutKey(snap)
 		p.prefix = prefixRecord(snap.Header)
 		if !snap.Blocks() {
-			parent := s.findParent(p.layout, snap.Header.Tokens, snapshotRows)
+			parent := s.parent(p.layout, snap.Header.Tokens, snapshotRows)
 			if parent != nil {
 				p.parentIno = parent.ino
 			}
@@ -217,7 +246,9 @@ func (s *Store) planFor(src io.ReaderAt, size int64, comps []string) *plan {
 		}
 	}
 	if p.kind == kindPlain {
-		p.regions = s.plainRegions(0, size)
+		if size > 0 {
+			p.regions = []region{{off: 0, n: size, cdc: s.content}}
+		}
 		return p
 	}
 	// A blob is cut on the grid (CommitChanges relies on it); a
@@ -510,7 +541,7 @@ func (p *parentSnap) shared(rowBytes int64) int64 {
 
 // findParent returns the committed file of layout key with the longest
 // common token prefix with tokens, its rows read by rows, or nil.
-func (s *Store) findParent(key string, tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error)) *parentSnap {
+func (s *Store) findParent(key string, tokens []uint32, rows rowsFunc) *parentSnap {
 	return s.bestParent(tokens, rows, func(tx *manifest.Tx, fn func(string, uint64, []byte) error) error {
 		return tx.Snapshots(key, func(ino uint64, tb []byte) error { return fn(key, ino, tb) })
 	})
@@ -519,7 +550,7 @@ func (s *Store) findParent(key string, tokens []uint32, rows func(io.ReaderAt, i
 // findParentUnder is findParent among the files of every layout key that
 // begins with prefix (a file being written, whose key is known only in
 // part): the parent's own key must be what its rows say.
-func (s *Store) findParentUnder(prefix string, tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error)) *parentSnap {
+func (s *Store) findParentUnder(prefix string, tokens []uint32, rows rowsFunc) *parentSnap {
 	return s.bestParent(tokens, rows, func(tx *manifest.Tx, fn func(string, uint64, []byte) error) error {
 		return tx.SnapshotsUnder(prefix, fn)
 	})
@@ -528,7 +559,7 @@ func (s *Store) findParentUnder(prefix string, tokens []uint32, rows func(io.Rea
 // bestParent returns the file of the longest common token prefix with
 // tokens among those scan calls fn with, if its rows (read by rows) are
 // of the layout key it is indexed under.
-func (s *Store) bestParent(tokens []uint32, rows func(io.ReaderAt, int64) (string, []slotRows, error), scan func(*manifest.Tx, func(layout string, ino uint64, tokens []byte) error) error) *parentSnap {
+func (s *Store) bestParent(tokens []uint32, rows rowsFunc, scan func(*manifest.Tx, func(layout string, ino uint64, tokens []byte) error) error) *parentSnap {
 	var best uint64
 	var key string
 	bestLen, bestTokens := 0, 0

@@ -152,7 +152,7 @@ func TestPoolMountDamagedCacheChunk(t *testing.T) {
 		}
 		return err
 	})
-	sum := sha256.Sum256(want[:1<<20])
+	sum := poolChunks(t, want)[0].Sum
 	cf := filepath.Join(filepath.Dir(b), "host-b", "cache", hex.EncodeToString(sum[:]))
 	c, err := os.ReadFile(cf)
 	if err != nil {
@@ -193,9 +193,11 @@ func TestPoolMountDedupPoisoning(t *testing.T) {
 	}
 	victim := make([]byte, 2<<20)
 	crand.Read(victim)
-	z := sha256.Sum256(victim[:1<<20])
-	m, _ := json.Marshal(map[string]any{"v": 1, "size": 1 << 20, "chunk_size": 1 << 20,
-		"chunks": []map[string]any{{"sum": hex.EncodeToString(z[:]), "pack": pack, "off": 0}}})
+	// The poison claims victim's first chunk (as the pool cuts it) lies
+	// in other's pack.
+	z := poolChunks(t, victim)[0]
+	m, _ := json.Marshal(map[string]any{"v": 2, "size": z.Len,
+		"chunks": []map[string]any{{"sum": hex.EncodeToString(z.Sum[:]), "pack": pack, "off": 0, "len": z.Len}}})
 	mh := sha256.Sum256(m)
 	mname := hex.EncodeToString(mh[:])
 	// versitygw's POSIX backend serves the files of its directory.

@@ -4,8 +4,8 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	crand "crypto/rand"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,9 +176,8 @@ func TestPoolMountTwoHosts(t *testing.T) {
 			mnt = b
 		}
 		engineWrite(t, filepath.Join(mnt, fmt.Sprintf("series-%d", k)), base[:n], uint64(k))
-		for off := 0; off < n; off += 1 << 20 {
-			c := base[off:min(n, off+1<<20)]
-			distinct[sha256.Sum256(c)] = len(c)
+		for _, c := range poolChunks(t, base[:n]) {
+			distinct[c.Sum] = int(c.Len)
 		}
 	}
 	want := 0
@@ -271,6 +270,22 @@ func TestPoolMountTwoHosts(t *testing.T) {
 
 // poolPackBytes is the bytes of the pool's pack objects (files under
 // versitygw's bucket directory).
+// poolChunks is b cut as a pool of the default chunk size cuts a file
+// (store.Cut, with no parent).
+func poolChunks(t *testing.T, b []byte) []store.Chunk {
+	t.Helper()
+	var out []store.Chunk
+	_, err := store.Cut(context.Background(), bytes.NewReader(b), int64(len(b)), store.CutOptions{ChunkSize: 1 << 20},
+		func(cs []store.Chunk, _ int64, _ []byte) error {
+			out = append(out, cs...)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func poolPackBytes(t *testing.T, svc string) int64 {
 	t.Helper()
 	var total int64
