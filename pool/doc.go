@@ -18,13 +18,21 @@
 //
 // # Objects and names
 //
-// Files are cut into chunks of a fixed size (1 MiB by default); chunks a
+// Files are cut as a local store cuts them (store.Cut; chunks of at most
+// Config.ChunkSize, 1 MiB by default): the rows of a snapshot, a
+// llama.cpp state file or a safetensors cache where its parent's chunks
+// end, bytes of no parsed format by content (parent.go). Chunks a
 // publish does not find in the pool travel in immutable pack objects
 // (PREFIX/packs/<sha256 of the pack>, 32 MiB by default), so that a
 // snapshot is a few PUTs, not thousands. A manifest object
 // (PREFIX/manifests/<sha256 of its bytes>, JSON: manifest.go) lists every
-// chunk's sha256 with its pack object and offset, so that any host reads
-// any file with ranged GETs and checks every chunk. Objects are never
+// chunk's sha256 with its length, pack object and offset, so that any
+// host reads any file with ranged GETs (one per run of chunks that lie
+// next to each other in a pack) and checks every chunk. Manifests of
+// version 1, written before 2026-12-03 (every chunk the chunk size but
+// the last), still read; a host that reads only version 1 refuses a
+// version 2 manifest, naming its version: upgrade every host of a pool
+// before any of them publishes. Objects are never
 // overwritten: a name is its content's hash. etcd holds, under
 // kvfs/BUCKET/PREFIX#/, names/<path> → manifest hash, the only roots, and
 // the publish keys, the sweep fence and the collectors' lock (coord.go).
@@ -61,7 +69,10 @@
 // manifest that lies about a chunk's place (a faulty host, or anyone who
 // can write to the bucket) must not make every later publish of that
 // chunk by honest hosts unreadable. A prefix-growth series published
-// alternately through two hosts stores each chunk once (TestTwoHostsShare).
+// alternately through two hosts stores each chunk once (TestTwoHostsShare),
+// and, cut at its parents' chunks, within 1.05× of what a local store
+// keeps of it (TestPrefixSeriesAcrossHosts: 1.007× for the engine's
+// whole layout, 1.000× for llama.cpp files with a transposed V).
 //
 // # Publishing
 //
