@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -72,33 +73,16 @@ type namedSnap struct {
 // so that what a manifest claims only chooses what to read. Only names
 // ending in .mlxkv are answers.
 func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResult, error) {
-	octx, cancel := p.op(ctx)
-	resp, err := p.coord.cli.Get(octx, p.coord.namesPrefix(), clientv3.WithPrefix())
-	cancel()
+	snaps, err := p.snapshots(ctx, "match")
 	if err != nil {
-		return nil, fmt.Errorf("match: etcd: list names: %w", p.explain(ctx, err))
+		return nil, err
 	}
 	keys := mlx.ChainKeys(q.Model, q.Fingerprint, q.NS, q.Tokens)
 	var cands []*namedSnap
 	model, ns := false, false
-	for _, kv := range resp.Kvs {
-		path := string(kv.Key[len(p.coord.namesPrefix()):])
-		if !strings.HasSuffix(path, ".mlxkv") {
-			continue
-		}
-		m, err := p.manifest(ctx, string(kv.Value))
-		if err != nil {
-			// A name gone or damaged meanwhile is no candidate; the
-			// lookup answers from the others.
-			p.log.Warn("pool: match: a snapshot's manifest unreadable; passed over", "path", path, "err", err)
-			continue
-		}
-		p.learn(string(kv.Value), m)
-		sn := m.Snap
-		if sn == nil {
-			sn = p.lateSnap(ctx, path, string(kv.Value))
-		}
-		if sn == nil || sn.Model != q.Model || sn.Fingerprint != q.Fingerprint {
+	for _, c := range snaps {
+		sn := c.snap
+		if sn.Model != q.Model || sn.Fingerprint != q.Fingerprint {
 			continue
 		}
 		model = true
@@ -111,7 +95,8 @@ func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResul
 			d++
 		}
 		if d > 0 {
-			cands = append(cands, &namedSnap{path: path, created: kv.CreateRevision, snap: sn, depth: d})
+			c.depth = d
+			cands = append(cands, c)
 		}
 	}
 	switch {
@@ -165,6 +150,122 @@ func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResul
 		r.PathBytes = []byte(best.path)
 	}
 	return r, nil
+}
+
+// snapshots lists the pool's .mlxkv names with their snapshot records
+// (a manifest's, or one made from the header of a file published without
+// one), earliest published first. A name whose manifest cannot be read
+// is passed over, logged.
+func (p *Pool) snapshots(ctx context.Context, op string) ([]*namedSnap, error) {
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.namesPrefix(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: etcd: list names: %w", op, p.explain(ctx, err))
+	}
+	var out []*namedSnap
+	for _, kv := range resp.Kvs {
+		path := string(kv.Key[len(p.coord.namesPrefix()):])
+		if !strings.HasSuffix(path, ".mlxkv") {
+			continue
+		}
+		m, err := p.manifest(ctx, string(kv.Value))
+		if err != nil {
+			// A name gone or damaged meanwhile is no candidate; the
+			// lookup answers from the others.
+			p.log.Warn("pool: "+op+": a snapshot's manifest unreadable; passed over", "path", path, "err", err)
+			continue
+		}
+		p.learn(string(kv.Value), m)
+		sn := m.Snap
+		if sn == nil {
+			sn = p.lateSnap(ctx, path, string(kv.Value))
+		}
+		if sn != nil {
+			out = append(out, &namedSnap{path: path, created: kv.CreateRevision, snap: sn})
+		}
+	}
+	slices.SortFunc(out, func(a, b *namedSnap) int { return cmp.Compare(a.created, b.created) })
+	return out, nil
+}
+
+// Candidate is a pool snapshot indexed under a chain key, as its
+// manifest's record says (a hint: MatchKey reads its header).
+type Candidate struct {
+	Path string
+	// Created is the name's etcd CreateRevision: the earliest published
+	// wins a tie.
+	Created int64
+	// Groups is how many groups of its tokens the key names
+	// (ModelGroups: the key of its model, mlx.ModelKey).
+	Groups int
+}
+
+// ModelGroups is Candidate.Groups for a model's key.
+const ModelGroups = -1
+
+// Candidates returns the snapshots indexed under key, earliest published
+// first: those whose record holds it as h(g) of their tokens, or as the
+// key of their model (docs/PREFIX.md). A pool mount lists them in
+// /.kvfs/candidates/<hex key>, so that kvfs match --mount gives kvfs
+// match --pool's answer through the mount alone.
+func (p *Pool) Candidates(ctx context.Context, key mlx.ChainKey) ([]Candidate, error) {
+	snaps, err := p.snapshots(ctx, "candidates")
+	if err != nil {
+		return nil, err
+	}
+	var out []Candidate
+	for _, c := range snaps {
+		g := ModelGroups
+		if mlx.ModelKey(c.snap.Model, c.snap.Fingerprint) != key {
+			if g = slices.Index(c.snap.Keys, [32]byte(key)); g < 0 {
+				continue
+			}
+		}
+		out = append(out, Candidate{Path: c.path, Created: c.created, Groups: g})
+	}
+	return out, nil
+}
+
+// MatchKey returns the snapshot that holds the prefix key names, as
+// store.MatchKey does for a local store: of the candidates (Candidates),
+// earliest published first, the first that may seed the key's
+// GroupTokens × g tokens (any snapshot, for the key of a model or of a
+// namespace), judged by its own header, read through checked chunks. A
+// key that no snapshot holds is fs.ErrNotExist.
+func (p *Pool) MatchKey(ctx context.Context, key mlx.ChainKey) (*store.MatchResult, error) {
+	cands, err := p.Candidates(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cands {
+		h, err := p.header(ctx, c.Path)
+		if err != nil {
+			p.log.Warn("pool: match: a candidate's header unreadable; passed over", "path", c.Path, "err", err)
+			continue
+		}
+		n := int64(len(h.Tokens))
+		r := &store.MatchResult{Hit: true, Path: c.Path, SnapshotTokens: n}
+		if !utf8.ValidString(c.Path) {
+			r.PathBytes = []byte(c.Path)
+		}
+		if c.Groups == ModelGroups {
+			if mlx.ModelKey(h.ModelID, h.ConfigFingerprint) == key {
+				return r, nil
+			}
+			continue
+		}
+		keys := mlx.ChainKeys(h.ModelID, h.ConfigFingerprint, h.NS, h.Tokens)
+		if c.Groups >= len(keys) || keys[c.Groups] != key {
+			continue // its manifest's record was wrong
+		}
+		r.Tokens = int64(c.Groups) * mlx.GroupTokens
+		r.Trim = n > r.Tokens
+		if c.Groups == 0 || store.Rejection(r.Tokens, n, mlx.MinReusable(h), mlx.Trimmable(h)) == "" {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("match key %x: %w", key, fs.ErrNotExist)
 }
 
 // lateSnap is the snapshot record of a manifest published without one

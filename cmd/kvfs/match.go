@@ -201,10 +201,9 @@ func matchStore(dir string, q store.MatchQuery) (*store.MatchResult, error) {
 	return nil, fmt.Errorf("match %s: no lookup through %T", dir, c)
 }
 
-// matchMountRoot returns the mount point of the kvfs mount that mnt lies
-// in, for kvfs match --mount: a lookup through anything else (a pool
-// mount, which has no /.kvfs, or a directory not mounted) would answer
-// a plain miss. Where the mount table cannot be read, mnt is taken as it
+// matchMountRoot returns the mount point of the kvfs mount (of a store
+// or a pool) that mnt lies in, for kvfs match --mount: a lookup through
+// anything else (a directory not mounted) would answer a plain miss. Where the mount table cannot be read, mnt is taken as it
 // is.
 func matchMountRoot(mnt string) (string, error) {
 	e, ok, err := mountContaining(mnt)
@@ -219,7 +218,7 @@ func matchMountRoot(mnt string) (string, error) {
 func matchMountEntry(mnt string, e mountEntry, ok bool) (string, error) {
 	switch {
 	case ok && e.Source == poolFsName:
-		return "", usagef("--mount %s: a pool mount (kvfs mount --pool); a pool's snapshots are matched with --pool POOL (or $KVFS_POOL), with --endpoint and --etcd, as the mount was made (kvfs stats of the mount's directory names them)", mnt)
+		return e.Point, nil // a pool mount's /.kvfs answers as kvfs match --pool does
 	case !ok || !e.isKvfs():
 		return "", usagef("--mount %s: not in a kvfs mount (give a kvfs mount point, or the store itself: kvfs match STORE)", mnt)
 	}

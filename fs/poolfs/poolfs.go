@@ -466,6 +466,10 @@ func (n *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	return 0
 }
 
+// reserved says whether name is /.kvfs (ctl.go), which no file or
+// directory of the pool is reached by, nor made as.
+func (n *dirNode) reserved(name string) bool { return n.path == "" && name == ctlName }
+
 func (f *fsys) dirAttr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFDIR | 0o755
 	a.Nlink = 2
@@ -483,6 +487,10 @@ func (f *fsys) fileAttr(a *fuse.Attr, size int64) {
 }
 
 func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		n.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
+		return n.NewInode(ctx, &ctlDir{fsys: n.fsys}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
 	p := join(n.path, name)
 	// A file this mount is writing is its writer's node, whatever its
 	// name points to in the pool meanwhile (a flush may have published
@@ -561,6 +569,9 @@ func (n *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 }
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EEXIST
+	}
 	p := join(n.path, name)
 	if e := n.fsys.private(p, mode, 0o055); e != 0 {
 		return nil, e
@@ -595,6 +606,9 @@ func (f *fsys) private(p string, mode, shown uint32) syscall.Errno {
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.reserved(name) {
+		return syscall.EPERM
+	}
 	p := join(n.path, name)
 	n.fsys.forget()
 	names, e := n.fsys.list()
@@ -630,6 +644,9 @@ func (n *dirNode) fileChild(name string) *fileNode {
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.reserved(name) {
+		return syscall.EISDIR
+	}
 	p := join(n.path, name)
 	child := n.fileChild(name)
 	if child != nil {
@@ -657,6 +674,9 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent gofs.InodeE
 	to, ok := newParent.(*dirNode)
 	if !ok {
 		return syscall.EXDEV
+	}
+	if n.reserved(name) || to.reserved(newName) {
+		return syscall.EPERM
 	}
 	if flags != 0 {
 		return syscall.EINVAL
@@ -734,6 +754,9 @@ func unlockPub(a, b *fileNode) {
 }
 
 func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, nil, 0, syscall.EEXIST
+	}
 	p := join(n.path, name)
 	if e := n.fsys.private(p, mode, 0o044); e != 0 {
 		return nil, nil, 0, e
