@@ -18,7 +18,8 @@ import (
 // write, truncate, create, rename, remove, chmod or mkdir; nor unmount
 // the mount or read the host's directory (cache, spool, log). Root's
 // create of a file other users may not read (0600) is refused, as is a
-// mkdir 0700: the pool would show them 0644 and 0755 to every user.
+// mkdir 0700: the pool would show them 0644 and 0755 to every user. The
+// /.kvfs tree follows the same rules, read-only.
 func TestPoolMountOtherUserLimits(t *testing.T) {
 	u := otherUser(t)
 	env, _ := poolServices(t)
@@ -43,6 +44,8 @@ func TestPoolMountOtherUserLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		denied("read a pool mount without allow_other", "cat "+filepath.Join(m, "f"))
+		denied("read /.kvfs/whole without allow_other", "cat "+filepath.Join(m, ".kvfs", "whole", "f"))
+		denied("read /.kvfs/stats without allow_other", "cat "+filepath.Join(m, ".kvfs", "stats"))
 		denied("list a pool mount without allow_other", "ls "+m)
 		denied("write a pool mount without allow_other", "echo x > "+filepath.Join(m, "g"))
 	})
@@ -66,6 +69,16 @@ func TestPoolMountOtherUserLimits(t *testing.T) {
 		if got := u.shOK(t, "stat -c '%U %a' "+f+" "+d); got != "root 644\nroot 755\n" {
 			t.Fatalf("other user's stat: %q", got)
 		}
+		// The /.kvfs tree follows: readable, never writable.
+		if got := u.shOK(t, "cat "+filepath.Join(m, ".kvfs", "whole", "f")); got != "root's" {
+			t.Fatalf("other user read /.kvfs/whole/f as %q", got)
+		}
+		if got := u.shOK(t, "stat -c '%U %a' "+filepath.Join(m, ".kvfs", "whole", "f")+" "+filepath.Join(m, ".kvfs")); got != "root 444\nroot 555\n" {
+			t.Fatalf("other user's stat of the tree: %q", got)
+		}
+		u.shOK(t, "cat "+filepath.Join(m, ".kvfs", "stats")+" >/dev/null")
+		denied("write a view", "echo x > "+filepath.Join(m, ".kvfs", "whole", "f"))
+		denied("create in /.kvfs", "echo x > "+filepath.Join(m, ".kvfs", "mine"))
 		denied("overwrite root's file", "echo x > "+f)
 		denied("append to root's file", "echo x >> "+f)
 		denied("truncate root's file", "truncate -s 0 "+f)

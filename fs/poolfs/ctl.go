@@ -1,6 +1,7 @@
 package poolfs
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -37,8 +38,9 @@ import (
 //   - prefix/<path>@<N>: the snapshot or llama.cpp state file <path> cut
 //     to its first N tokens, a map of the original's bytes (mlx.PrefixView,
 //     llamastate.Trim);
-//   - whole/<path>: any snapshot as a whole-layout file (a blocks-layout
-//     one assembled from its directory's blocks/, mlx.WholeView).
+//   - whole/<path>: any file as a whole-layout file: a blocks-layout
+//     snapshot assembled from its directory's blocks/ (mlx.WholeView),
+//     any other file as it is.
 //
 // A pool mount shows every file as the daemon's and readable by whoever
 // reaches the mount (doc.go of package pool, "Other users"); the tree
@@ -566,6 +568,10 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 	}
 	var head [16]byte
 	k, _ := orig.ReadAt(head[:min(int64(len(head)), orig.Size())], 0)
+	if n == 0 && !bytes.HasPrefix(head[:k], []byte(mlx.Magic)) {
+		v.readAt = whole // any file but a blocks-layout snapshot is its own whole view
+		return v, 0
+	}
 	if llamastate.Sniff(head[:k]) {
 		lf, err := llamastate.Parse(orig, orig.Size(), p)
 		if err != nil {
@@ -590,6 +596,10 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 		return v, 0
 	}
 	snap, err := mlx.Parse(orig, orig.Size(), p)
+	if n == 0 && (err != nil || !snap.Blocks()) {
+		v.readAt = whole
+		return v, 0
+	}
 	if err != nil {
 		return refuse(err)
 	}

@@ -466,6 +466,15 @@ func (n *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	return 0
 }
 
+// Fsync of a directory succeeds: a name is in etcd, durable, once the
+// publish that set it returned (at the file's fsync or close), and a
+// rename's or removal's transaction once it returned. Without it, a
+// writer that syncs the directory after its renames (mlx.Writer, most
+// databases and copying tools) failed with EOPNOTSUPP.
+func (n *dirNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno { return 0 }
+
+var _ gofs.NodeFsyncer = (*dirNode)(nil)
+
 // reserved says whether name is /.kvfs (ctl.go), which no file or
 // directory of the pool is reached by, nor made as.
 func (n *dirNode) reserved(name string) bool { return n.path == "" && name == ctlName }
