@@ -13,8 +13,9 @@
 // cache, the collector, lease loss and retry, kills mid-publish, and
 // services going away and coming back; two mounts sharing one pool
 // (tests/poolmount_test.go), the rewriting of sparse packs, capacity
-// eviction of names, and prefix matching across hosts (kvfs match --pool).
-// Not yet: the /.kvfs tree in a pool mount.
+// eviction of names, prefix matching across hosts (kvfs match --pool), and
+// the /.kvfs tree in a pool mount (fs/poolfs/ctl.go: MatchKey,
+// Candidates).
 //
 // # Objects and names
 //
