@@ -26,6 +26,10 @@ const sha256Hex = 64
 // filesystem uid and gid (not another process that took the pid, or one
 // of another pid namespace). Otherwise the caller has no supplementary
 // groups: a narrower answer, never a wider one.
+// CallerCred is the credentials of a request's caller (cred), for
+// another filesystem's checks (a pool mount's /.kvfs tree).
+func CallerCred(ctx context.Context) *store.Cred { return cred(ctx) }
+
 func cred(ctx context.Context) *store.Cred {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {

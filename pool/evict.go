@@ -205,7 +205,7 @@ func (p *Pool) evictName(ctx context.Context, e *evictee) (ok bool, err error) {
 	defer cancel()
 	resp, err := p.coord.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(e.path)), "=", e.rev), usedCmp).
-		Then(clientv3.OpDelete(p.coord.namesKey(e.path)), clientv3.OpDelete(p.coord.usedKey(e.path))).
+		Then(clientv3.OpDelete(p.coord.namesKey(e.path)), clientv3.OpDelete(p.coord.usedKey(e.path)), clientv3.OpDelete(p.coord.attrsKey(e.path))).
 		Commit()
 	if err != nil {
 		return false, fmt.Errorf("evict %s: etcd: %w", e.path, p.explain(ctx, err))

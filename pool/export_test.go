@@ -77,7 +77,7 @@ func (p *Pool) forge(ctx context.Context, path, from string, edit func(forged, s
 		return err
 	}
 	defer p.coord.cli.Delete(ctx, key)
-	return p.coord.commitName(ctx, key, path, name)
+	return p.coord.commitName(ctx, key, path, name, nil)
 }
 
 // SnapOf is the snapshot record of path's manifest, and the manifest's

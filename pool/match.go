@@ -60,6 +60,7 @@ type namedSnap struct {
 	path    string
 	created int64 // the name's etcd CreateRevision: the earliest published wins a tie
 	snap    *SnapInfo
+	owner   *Owner // its owner and mode (owner.go), nil if none recorded
 	depth   int // how many of the prompt's groups its chain keys share
 }
 
@@ -158,13 +159,18 @@ func (p *Pool) Match(ctx context.Context, q store.MatchQuery) (*store.MatchResul
 // is passed over, logged.
 func (p *Pool) snapshots(ctx context.Context, op string) ([]*namedSnap, error) {
 	octx, cancel := p.op(ctx)
-	resp, err := p.coord.cli.Get(octx, p.coord.namesPrefix(), clientv3.WithPrefix())
+	tx, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesPrefix(), clientv3.WithPrefix()),
+		clientv3.OpGet(p.coord.attrsKey(""), clientv3.WithPrefix())).Commit()
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%s: etcd: list names: %w", op, p.explain(ctx, err))
 	}
+	owners := map[string]*Owner{}
+	for _, kv := range tx.Responses[1].GetResponseRange().Kvs {
+		owners[string(kv.Key[len(p.coord.attrsKey("")):])] = decodeOwner(string(kv.Value))
+	}
 	var out []*namedSnap
-	for _, kv := range resp.Kvs {
+	for _, kv := range tx.Responses[0].GetResponseRange().Kvs {
 		path := string(kv.Key[len(p.coord.namesPrefix()):])
 		if !strings.HasSuffix(path, ".mlxkv") {
 			continue
@@ -182,7 +188,7 @@ func (p *Pool) snapshots(ctx context.Context, op string) ([]*namedSnap, error) {
 			sn = p.lateSnap(ctx, path, string(kv.Value))
 		}
 		if sn != nil {
-			out = append(out, &namedSnap{path: path, created: kv.CreateRevision, snap: sn})
+			out = append(out, &namedSnap{path: path, created: kv.CreateRevision, snap: sn, owner: owners[path]})
 		}
 	}
 	slices.SortFunc(out, func(a, b *namedSnap) int { return cmp.Compare(a.created, b.created) })
@@ -199,6 +205,9 @@ type Candidate struct {
 	// Groups is how many groups of its tokens the key names
 	// (ModelGroups: the key of its model, mlx.ModelKey).
 	Groups int
+	// Owner is its owner and mode (owner.go), nil if none recorded: a
+	// mount answers a caller only with the files it may read.
+	Owner *Owner
 }
 
 // ModelGroups is Candidate.Groups for a model's key.
@@ -222,7 +231,7 @@ func (p *Pool) Candidates(ctx context.Context, key mlx.ChainKey) ([]Candidate, e
 				continue
 			}
 		}
-		out = append(out, Candidate{Path: c.path, Created: c.created, Groups: g})
+		out = append(out, Candidate{Path: c.path, Created: c.created, Groups: g, Owner: c.owner})
 	}
 	return out, nil
 }
@@ -231,14 +240,18 @@ func (p *Pool) Candidates(ctx context.Context, key mlx.ChainKey) ([]Candidate, e
 // store.MatchKey does for a local store: of the candidates (Candidates),
 // earliest published first, the first that may seed the key's
 // GroupTokens × g tokens (any snapshot, for the key of a model or of a
-// namespace), judged by its own header, read through checked chunks. A
-// key that no snapshot holds is fs.ErrNotExist.
-func (p *Pool) MatchKey(ctx context.Context, key mlx.ChainKey) (*store.MatchResult, error) {
+// namespace), judged by its own header, read through checked chunks,
+// among those visible says a caller may read (nil: all). A key that no
+// such snapshot holds is fs.ErrNotExist.
+func (p *Pool) MatchKey(ctx context.Context, key mlx.ChainKey, visible func(Candidate) bool) (*store.MatchResult, error) {
 	cands, err := p.Candidates(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range cands {
+		if visible != nil && !visible(c) {
+			continue
+		}
 		h, err := p.header(ctx, c.Path)
 		if err != nil {
 			p.log.Warn("pool: match: a candidate's header unreadable; passed over", "path", c.Path, "err", err)

@@ -33,6 +33,13 @@ func (p *Pool) Publish(ctx context.Context, path string, r io.ReaderAt, size int
 // PublishVersion is Publish, returning the manifest the name now points
 // to (see Resolve).
 func (p *Pool) PublishVersion(ctx context.Context, path string, r io.ReaderAt, size int64) (string, error) {
+	return p.PublishOwned(ctx, path, r, size, nil)
+}
+
+// PublishOwned is PublishVersion recording o as the file's owner and
+// mode (owner.go; nil: none, the file shows as the mount's daemon's,
+// 0644), in the transaction that sets the name.
+func (p *Pool) PublishOwned(ctx context.Context, path string, r io.ReaderAt, size int64, o *Owner) (string, error) {
 	if err := checkPath(path); err != nil {
 		return "", err
 	}
@@ -43,7 +50,7 @@ func (p *Pool) PublishVersion(ctx context.Context, path string, r io.ReaderAt, s
 	var name string
 	var err error
 	for range 3 {
-		if name, err = p.publishOnce(ctx, path, r, size, snap); !errors.Is(err, ErrLeaseLost) {
+		if name, err = p.publishOnce(ctx, path, r, size, snap, o); !errors.Is(err, ErrLeaseLost) {
 			break
 		}
 		p.log.Warn("pool: publish lost its etcd lease; starting over", "path", path)
@@ -116,7 +123,7 @@ func (w *publishing) wait() error {
 	return w.uploadErr
 }
 
-func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo) (string, error) {
+func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size int64, snap *SnapInfo, o *Owner) (string, error) {
 	octx, cancel := p.op(ctx)
 	sess, err := p.coord.session(octx)
 	cancel()
@@ -186,7 +193,7 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 	}
 	crashPoint("manifest")
 	octx, cancel = p.op(ctx)
-	err = p.coord.commitName(octx, key, path, name)
+	err = p.coord.commitName(octx, key, path, name, o)
 	cancel()
 	if errors.Is(err, ErrLeaseLost) {
 		p.coord.dropSession(sess)
@@ -565,7 +572,7 @@ func (p *Pool) Remove(ctx context.Context, path string) error {
 	octx, cancel := p.op(ctx)
 	defer cancel()
 	resp, err := p.coord.cli.Txn(octx).
-		Then(clientv3.OpDelete(p.coord.namesKey(path)), clientv3.OpDelete(p.coord.usedKey(path))).
+		Then(clientv3.OpDelete(p.coord.namesKey(path)), clientv3.OpDelete(p.coord.usedKey(path)), clientv3.OpDelete(p.coord.attrsKey(path))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("remove %s: etcd: %w", path, p.explain(ctx, err))
@@ -588,7 +595,8 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 	}
 	octx, cancel := p.op(ctx)
 	defer cancel()
-	resp, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesKey(from)), clientv3.OpGet(p.coord.usedKey(from))).Commit()
+	resp, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesKey(from)), clientv3.OpGet(p.coord.usedKey(from)),
+		clientv3.OpGet(p.coord.attrsKey(from))).Commit()
 	if err != nil {
 		return fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
 	}
@@ -605,10 +613,16 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 	if u := resp.Responses[1].GetResponseRange().Kvs; len(u) > 0 {
 		used = string(u[0].Value)
 	}
+	// So does its owner (owner.go), as it was read with the name.
+	owner := clientv3.OpDelete(p.coord.attrsKey(to))
+	if a := resp.Responses[2].GetResponseRange().Kvs; len(a) > 0 {
+		owner = clientv3.OpPut(p.coord.attrsKey(to), string(a[0].Value))
+	}
 	tx, err := p.coord.cli.Txn(octx).
 		If(append(p.coord.noConflict(to), clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision))...).
 		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from)),
-			clientv3.OpPut(p.coord.usedKey(to), used), clientv3.OpDelete(p.coord.usedKey(from))).
+			clientv3.OpPut(p.coord.usedKey(to), used), clientv3.OpDelete(p.coord.usedKey(from)),
+			owner, clientv3.OpDelete(p.coord.attrsKey(from))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))

@@ -54,6 +54,11 @@ func (c *Cred) may(m fs.FileMode, uid, gid uint32, want uint32) bool {
 	return bits&want == want
 }
 
+// CanRead reports whether c may read a file of mode m owned by uid:gid,
+// by the rules of may: for a filesystem whose files are not a Store's (a
+// pool mount's, whose owners and modes the pool records).
+func (c *Cred) CanRead(m fs.FileMode, uid, gid uint32) bool { return c.may(m, uid, gid, mayRead) }
+
 // MayChangeMode reports whether c may clear the set-ID bits of a file
 // without being asked to write it: as its owner or root (chmod's rule), or
 // as one who may write it (and so could clear them by writing).

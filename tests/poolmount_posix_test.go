@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -108,29 +109,66 @@ func TestPoolMountExclAcrossHosts(t *testing.T) {
 	}
 }
 
-// chmod 0600 is kept (or refused), not silently turned into 0644 that
-// lets every user of an allow_other mount read the file (finding 5); so is
-// a create 0600 (issue 26, item 4).
+// A file's owner and mode are kept with its name in the pool (issue 30):
+// a create 0600 is 0600 on every host, not silently turned into 0644 that
+// lets every user of an allow_other mount read the file (finding 5); a
+// chmod and a chown are kept and move with a rename.
 func TestPoolMountModeKept(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a", "-o", "allow_other")
-	p := filepath.Join(a, "secret")
-	if err := os.WriteFile(p, []byte("secret"), 0o600); err == nil {
-		if fi, _ := os.Stat(p); fi != nil && fi.Mode().Perm() != 0o600 {
-			t.Errorf("create 0600 succeeded but the mode is %v: other users can read it", fi.Mode().Perm())
+	b := poolMount(t, env, "b")
+	mode := func(mnt, name string) (os.FileMode, uint32, error) {
+		fi, err := os.Stat(filepath.Join(mnt, name))
+		if err != nil {
+			return 0, 0, err
 		}
+		return fi.Mode().Perm(), fi.Sys().(*syscall.Stat_t).Uid, nil
 	}
-	if err := os.WriteFile(p, []byte("secret"), 0o644); err != nil {
+	// A create 0600 is kept, on the writing host and on another.
+	if err := os.WriteFile(filepath.Join(a, "secret"), []byte("secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := os.Chmod(p, 0o600)
-	fi, serr := os.Stat(p)
-	if serr != nil {
-		t.Fatal(serr)
+	if m, _, err := mode(a, "secret"); err != nil || m != 0o600 {
+		t.Fatalf("create 0600: the mode is %v, %v", m, err)
 	}
-	if err == nil && fi.Mode().Perm() != 0o600 {
-		t.Errorf("chmod 0600 succeeded but the mode is %v: other users can read it", fi.Mode().Perm())
+	waitFor(t, "secret 0600 on b", func() error {
+		if m, _, err := mode(b, "secret"); err != nil || m != 0o600 {
+			return fmt.Errorf("mode %v, %v", m, err)
+		}
+		return nil
+	})
+	// A chmod and a chown are kept, and move with a rename.
+	if err := os.WriteFile(filepath.Join(a, "f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.Chmod(filepath.Join(a, "f"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(a, "f"), 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(a, "f"), filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "g 0640 of 1234 on b", func() error {
+		if m, uid, err := mode(b, "g"); err != nil || m != 0o640 || uid != 1234 {
+			return fmt.Errorf("mode %v uid %d, %v", m, uid, err)
+		}
+		return nil
+	})
+	// A file published without an owner (kvfs pool put) is the
+	// daemon's, 0644.
+	src := filepath.Join(t.TempDir(), "src")
+	os.WriteFile(src, []byte("put"), 0o600)
+	if code, out, errOut := poolKvfs(t, env, "pool", "put", src, "put"); code != 0 {
+		t.Fatalf("kvfs pool put: exit %d %s%s", code, out, errOut)
+	}
+	waitFor(t, "put on b", func() error {
+		if m, uid, err := mode(b, "put"); err != nil || m != 0o644 || uid != uint32(os.Getuid()) {
+			return fmt.Errorf("mode %v uid %d, %v", m, uid, err)
+		}
+		return nil
+	})
 }
 
 // A chunk file of the host's cache damaged on disk while the daemon runs

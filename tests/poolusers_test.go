@@ -3,22 +3,26 @@
 package tests
 
 import (
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvfs/kvfs/internal/snapgen"
+	"github.com/kvfs/kvfs/mlx"
 )
 
-// TestPoolMountOtherUserLimits (issue 26, item 4): a pool mount root mounted,
-// used by another (unprivileged) user. Without allow_other the kernel
-// refuses the other user everything. With it, the mount shows every file
-// as root's, 0644, and every directory as root's, 0755 (the pool keeps no
-// owners or modes: issue 30), and the kernel checks those
-// (default_permissions): the other user reads root's files, and cannot
-// write, truncate, create, rename, remove, chmod or mkdir; nor unmount
-// the mount or read the host's directory (cache, spool, log). Root's
-// create of a file other users may not read (0600) is refused, as is a
-// mkdir 0700: the pool would show them 0644 and 0755 to every user. The
+// TestPoolMountOtherUserLimits (issue 26, item 4; issue 30): a pool mount
+// root mounted, used by another (unprivileged) user. Without allow_other
+// the kernel refuses the other user everything. With it, the mount shows
+// every file with the owner and mode it was made with (pool.Owner) and
+// every directory as root's, 0755 (the pool keeps no directories), and the
+// kernel checks those (default_permissions): the other user reads root's
+// 0644 files, not its 0600 ones, and cannot write, truncate, create,
+// rename, remove, chmod or mkdir; nor unmount the mount or read the
+// host's directory (cache, spool, log). Root's mkdir 0700 is refused: the
+// pool would show it 0755 to every user. The
 // /.kvfs tree follows the same rules, read-only.
 func TestPoolMountOtherUserLimits(t *testing.T) {
 	u := otherUser(t)
@@ -100,22 +104,52 @@ func TestPoolMountOtherUserLimits(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(d, "g")); err != nil || string(got) != "root's too" {
 			t.Fatalf("root's file in d after the other user's attempts: %q, %v", got, err)
 		}
-		// The pool keeps no modes: a file root creates 0600 (or under
-		// umask 077, or with mkstemp) would be 0644 to everyone the
-		// mount admits. The create is refused, as a chmod to 0600 is,
-		// and so is a directory made 0700; 0644 files still are made.
-		if err := os.WriteFile(secret, []byte("root's secret"), 0o600); err == nil {
-			out, err := u.sh("cat " + secret)
-			t.Fatalf("root's create of a 0600 file succeeded, and another user reads it: %v %q", err, out)
+		// A file root creates 0600 (or under umask 077, or with mkstemp)
+		// keeps its mode (pool.Owner): the other user cannot read it, nor
+		// its /.kvfs/whole view; a chmod 0600 of a file it could read
+		// takes reading away. The pool keeps no directories, so a
+		// directory made 0700 is refused.
+		if err := os.WriteFile(secret, []byte("root's secret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		denied("read root's 0600 file", "cat "+secret)
+		denied("read root's 0600 file's whole view", "cat "+filepath.Join(m, ".kvfs", "whole", "secret"))
+		if err := os.WriteFile(filepath.Join(m, "h"), []byte("root's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		u.shOK(t, "cat "+filepath.Join(m, "h"))
+		if err := os.Chmod(filepath.Join(m, "h"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		denied("read root's file after its chmod 0600", "cat "+filepath.Join(m, "h"))
+		// A snapshot root made 0600 is no answer of /.kvfs/match or
+		// /.kvfs/candidates for the other user; it is for root.
+		model := snapgen.Model{ID: "test/private", Layers: 1, KVHeads: 1, HeadDim: 64, DType: snapgen.Tiny.DType}
+		tokens := snapgen.Tokens(600, 70)
+		if err := os.WriteFile(filepath.Join(m, "p.mlxkv"), snapshotFile(t, model, tokens), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h, _ := model.Snapshot(tokens[:1])
+		k := mlx.ChainKeys(h.ModelID, h.ConfigFingerprint, h.NS, tokens)[2]
+		match := filepath.Join(m, ".kvfs", "match", hex.EncodeToString(k[:]))
+		cands := filepath.Join(m, ".kvfs", "candidates", hex.EncodeToString(k[:]))
+		if _, err := os.Readlink(match); err != nil {
+			t.Fatalf("root's match of its own snapshot: %v", err)
+		}
+		if ents, err := os.ReadDir(cands); err != nil || len(ents) != 1 {
+			t.Fatalf("root's candidates: %v, %v", ents, err)
+		}
+		if out, err := u.sh("readlink " + match); err == nil || strings.Contains(out, "p.mlxkv") {
+			t.Fatalf("the other user's match of root's 0600 snapshot: %v %q", err, out)
+		}
+		if out, err := u.sh("ls " + cands); err == nil || !strings.Contains(out, "No such file") {
+			t.Fatalf("the other user's candidates of root's 0600 snapshot: %v %q", err, out)
 		}
 		if err := os.Mkdir(filepath.Join(m, "private"), 0o700); err == nil {
 			t.Fatal("root's mkdir of a 0700 directory succeeded; another user lists it")
 		}
-		if err := os.WriteFile(filepath.Join(m, "h"), []byte("root's"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if names := poolNames(t, env); len(names) != 3 || !names["f"] || !names["d/g"] || !names["h"] {
-			t.Fatalf("pool names after the other user's attempts: %v, want f, d/g and h", names)
+		if names := poolNames(t, env); len(names) != 5 || !names["f"] || !names["d/g"] || !names["h"] || !names["secret"] || !names["p.mlxkv"] {
+			t.Fatalf("pool names after the other user's attempts: %v, want f, d/g, h, secret and p.mlxkv", names)
 		}
 	})
 }

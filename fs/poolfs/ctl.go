@@ -8,15 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	kvfs "github.com/kvfs/kvfs/fs"
 	"github.com/kvfs/kvfs/llamastate"
 	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/pool"
@@ -42,12 +46,19 @@ import (
 //     snapshot assembled from its directory's blocks/ (mlx.WholeView),
 //     any other file as it is.
 //
-// A pool mount shows every file as the daemon's and readable by whoever
-// reaches the mount (doc.go of package pool, "Other users"); the tree
-// follows: directories 0555, files 0444, links 0777. A view is made at its
+// The tree's directories are the daemon's, 0555, and its links 0777; a
+// view carries its original's owner and mode (pool.Owner) without the
+// write bits, and the kernel checks them (default_permissions); a key of
+// match or candidates answers a caller only with the snapshots it may
+// read (fsys.mayRead), as on a local mount. A view is made at its
 // lookup from the version of the file its name points to then, and reads
 // that version: a file published again under the name is another view at
 // the next lookup.
+
+// noCache is the kernel's lifetime of the tree's answers that depend on
+// the caller or change on every host: the shortest it takes (go-fuse
+// turns 0 into the mount's default, a second).
+const noCache = time.Nanosecond
 
 // ctlName is the tree's name at the mount's root; no file or directory of
 // the pool is reached by it there.
@@ -98,7 +109,7 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 		}
 		d.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444)
 		out.Attr.Size = uint64(len(st))
-		out.SetAttrTimeout(0)
+		out.SetAttrTimeout(noCache)
 		return d.NewInode(ctx, &statsFile{fsys: d.fsys}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 	case "match":
 		op = &matchDir{fsys: d.fsys}
@@ -149,7 +160,7 @@ func (s *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	}
 	s.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444)
 	out.Attr.Size = uint64(len(b))
-	out.SetTimeout(0)
+	out.SetTimeout(noCache)
 	return 0
 }
 
@@ -210,8 +221,8 @@ func (d *matchDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, e
 	}
 	// Not kept by the kernel: snapshots come and go on every host.
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	out.SetEntryTimeout(noCache)
+	out.SetAttrTimeout(noCache)
 	l.attr(r, &out.Attr)
 	return d.NewInode(ctx, l, gofs.StableAttr{Mode: syscall.S_IFLNK}), 0
 }
@@ -224,7 +235,7 @@ type matchLink struct {
 }
 
 func (l *matchLink) resolve(ctx context.Context) (*store.MatchResult, syscall.Errno) {
-	r, err := l.fsys.opts.Pool.MatchKey(uninterrupted(ctx), l.key)
+	r, err := l.fsys.opts.Pool.MatchKey(uninterrupted(ctx), l.key, func(c pool.Candidate) bool { return l.fsys.mayRead(ctx, c.Owner) })
 	if err != nil {
 		return nil, errno(l.fsys.opts.Logger, "match", err)
 	}
@@ -242,7 +253,7 @@ func (l *matchLink) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 		return e
 	}
 	l.attr(r, &out.Attr)
-	out.SetTimeout(0)
+	out.SetTimeout(noCache)
 	return 0
 }
 
@@ -322,8 +333,8 @@ func (d *candidatesDir) Lookup(ctx context.Context, name string, out *fuse.Entry
 	if len(cs) == 0 {
 		return nil, syscall.ENOENT
 	}
-	out.SetEntryTimeout(0)
-	out.SetAttrTimeout(0)
+	out.SetEntryTimeout(noCache)
+	out.SetAttrTimeout(noCache)
 	d.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
 	return d.NewInode(ctx, k, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
@@ -341,12 +352,23 @@ func (k *keyDir) candidates(ctx context.Context) ([]pool.Candidate, syscall.Errn
 	if err != nil {
 		return nil, errno(k.fsys.opts.Logger, "candidates", err)
 	}
-	return cs, 0
+	return slices.DeleteFunc(cs, func(c pool.Candidate) bool { return !k.fsys.mayRead(ctx, c.Owner) }), 0
+}
+
+// mayRead reports whether a request's caller may read a file of owner o
+// (nil: the daemon's, 0644): a key of the tree answers a caller only with
+// the files it may read, as on a local mount.
+func (f *fsys) mayRead(ctx context.Context, o *pool.Owner) bool {
+	uid, gid, mode := f.uid, f.gid, uint32(0o644)
+	if o != nil {
+		uid, gid, mode = o.Uid, o.Gid, o.Mode
+	}
+	return kvfs.CallerCred(ctx).CanRead(iofs.FileMode(mode&0o777), uid, gid)
 }
 
 func (k *keyDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	k.fsys.ctlAttr(&out.Attr, syscall.S_IFDIR|0o555)
-	out.SetTimeout(0)
+	out.SetTimeout(noCache)
 	return 0
 }
 
@@ -372,8 +394,8 @@ func (k *keyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 			target := "../../../" + c.Path
 			k.fsys.ctlAttr(&out.Attr, syscall.S_IFLNK|0o777)
 			out.Attr.Size = uint64(len(target))
-			out.SetEntryTimeout(0)
-			out.SetAttrTimeout(0)
+			out.SetEntryTimeout(noCache)
+			out.SetAttrTimeout(noCache)
 			return k.NewInode(ctx, &gofs.MemSymlink{Data: []byte(target)}, gofs.StableAttr{Mode: syscall.S_IFLNK}), 0
 		}
 	}
@@ -454,10 +476,9 @@ func (d *viewDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if e != 0 {
 		return nil, e
 	}
-	d.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444)
-	out.Attr.Size = uint64(v.size)
-	out.Attr.Blocks = (uint64(v.size) + 511) / 512
-	return d.NewInode(ctx, &viewFile{fsys: d.fsys, v: v}, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
+	vf := &viewFile{fsys: d.fsys, v: v}
+	vf.attr(&out.Attr)
+	return d.NewInode(ctx, vf, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
 // splitPrefixName splits name@N at its last '@'. N is a positive decimal
@@ -479,6 +500,7 @@ func splitPrefixName(name string) (string, int64, error) {
 // files it maps (sources: the original, at the version found at the
 // view's lookup, and the blocks of its directory's blocks/).
 type view struct {
+	owner    *pool.Owner // the original's (nil: the daemon's, 0644)
 	size     int64
 	readAt   func(src *sources, p []byte, off int64) (int, error)
 	path     string // the original's
@@ -546,7 +568,7 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 	if e := errno(f.opts.Logger, "view "+p, err); e != 0 {
 		return nil, e
 	}
-	v := &view{path: p, manifest: ver.manifest, size: ver.size}
+	v := &view{path: p, manifest: ver.manifest, size: ver.size, owner: ver.owner}
 	src := &sources{fsys: f, v: v}
 	orig, err := src.get(uninterrupted(ctx), "")
 	if err != nil {
@@ -668,10 +690,16 @@ type viewFile struct {
 	v    *view
 }
 
+// attr is a view's attributes: its original's owner and mode, without
+// the write bits, so that the kernel lets read it whoever may read the
+// original (default_permissions), no one else.
+func (vf *viewFile) attr(a *fuse.Attr) {
+	vf.fsys.fileAttr(a, vf.v.size, vf.v.owner)
+	a.Mode &^= 0o222
+}
+
 func (vf *viewFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	vf.fsys.ctlAttr(&out.Attr, syscall.S_IFREG|0o444)
-	out.Attr.Size = uint64(vf.v.size)
-	out.Attr.Blocks = (uint64(vf.v.size) + 511) / 512
+	vf.attr(&out.Attr)
 	return 0
 }
 

@@ -96,10 +96,12 @@ type fsys struct {
 	versions map[string]version
 }
 
-// version is one version of a file: its manifest and size.
+// version is one version of a file: its manifest and size, and the owner
+// and mode its name had when it was found (nil: none recorded).
 type version struct {
 	manifest string
 	size     int64
+	owner    *pool.Owner
 }
 
 // maxVersions bounds fsys.versions; past it the map starts over.
@@ -194,13 +196,13 @@ func (f *fsys) resolve(path string) (version, error) {
 		return last, nil // etcd is late with a listing already: not asked again
 	}
 	c := startCall(func() (version, error) {
-		manifest, size, err := f.opts.Pool.Resolve(context.Background(), path) // it may outlive the request
+		manifest, size, owner, err := f.opts.Pool.ResolveOwned(context.Background(), path) // it may outlive the request
 		if err == nil {
-			f.saw(path, version{manifest, size})
+			f.saw(path, version{manifest, size, owner})
 		} else if errors.Is(err, fs.ErrNotExist) {
 			f.saw(path, version{})
 		}
-		return version{manifest, size}, err
+		return version{manifest, size, owner}, err
 	})
 	switch {
 	case !c.wait(known):
@@ -471,7 +473,9 @@ func (n *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 // rename's or removal's transaction once it returned. Without it, a
 // writer that syncs the directory after its renames (mlx.Writer, most
 // databases and copying tools) failed with EOPNOTSUPP.
-func (n *dirNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno { return 0 }
+func (n *dirNode) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	return 0
+}
 
 var _ gofs.NodeFsyncer = (*dirNode)(nil)
 
@@ -486,12 +490,18 @@ func (f *fsys) dirAttr(a *fuse.Attr) {
 	a.SetTimes(&f.started, &f.started, &f.started)
 }
 
-func (f *fsys) fileAttr(a *fuse.Attr, size int64) {
+// fileAttr fills a file's attributes: its owner and mode as recorded
+// (pool.Owner), or, without a record, the daemon's, 0644.
+func (f *fsys) fileAttr(a *fuse.Attr, size int64, o *pool.Owner) {
 	a.Mode = syscall.S_IFREG | 0o644
 	a.Nlink = 1
 	a.Size = uint64(size)
 	a.Blocks = (uint64(size) + 511) / 512
 	a.Uid, a.Gid = f.uid, f.gid
+	if o != nil {
+		a.Mode = syscall.S_IFREG | o.Mode&0o7777
+		a.Uid, a.Gid = o.Uid, o.Gid
+	}
 	a.SetTimes(&f.started, &f.started, &f.started)
 }
 
@@ -508,7 +518,7 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if ch := n.GetChild(name); ch != nil {
 		if f, ok := ch.Operations().(*fileNode); ok && f.writing() {
 			if size, ok := f.writerSize(); ok {
-				n.fsys.fileAttr(&out.Attr, size)
+				n.fsys.fileAttr(&out.Attr, size, f.ownerOf())
 				return f.EmbeddedInode(), 0
 			}
 		}
@@ -525,8 +535,8 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		}
 		manifest, size := v.manifest, v.size
 		n.fsys.opts.Pool.Saw(p) // kept from eviction (Pool.Saw)
-		n.fsys.fileAttr(&out.Attr, size)
-		node := &fileNode{fsys: n.fsys, name: p}
+		n.fsys.fileAttr(&out.Attr, size, v.owner)
+		node := &fileNode{fsys: n.fsys, name: p, owner: v.owner}
 		node.setVersion(manifest, size)
 		// A new node for each lookup (go-fuse numbers it), never one
 		// found by a number derived from the version: a node's version
@@ -598,18 +608,17 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 }
 
 // private refuses (EPERM), on a mount other users may enter (allow_other),
-// a create or mkdir whose mode (after the creator's umask) withholds from
-// group or others any of the bits in shown: the pool keeps no modes, so
-// the file would be 0644 and the directory 0755 to every user the mount
-// admits, which is not what its creator asked for (a file made 0600, by
-// mkstemp or under umask 077). A chmod that would take reading away is
-// refused likewise (Setattr). Without allow_other the kernel admits only
-// the mounting user, and modes do not matter.
+// a mkdir whose mode (after the creator's umask) withholds from group or
+// others any of the bits in shown: the pool keeps no directories (they
+// are the prefixes of names), so the directory would be 0755 to every
+// user the mount admits, which is not what its creator asked for (0700).
+// Files keep their owner and mode (pool.Owner). Without allow_other the
+// kernel admits only the mounting user, and modes do not matter.
 func (f *fsys) private(p string, mode, shown uint32) syscall.Errno {
 	if !f.opts.AllowOther || mode&shown == shown {
 		return 0
 	}
-	f.opts.Logger.Warn("pool mount: refused a create whose mode other users would not get (the pool keeps no modes: files are 0644, directories 0755, to every user of an allow_other mount)",
+	f.opts.Logger.Warn("pool mount: refused a mkdir whose mode other users would not get (the pool keeps no directories: they are 0755 to every user of an allow_other mount)",
 		"path", p, "mode", fmt.Sprintf("%04o", mode&0o7777))
 	return syscall.EPERM
 }
@@ -767,9 +776,6 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		return nil, nil, 0, syscall.EEXIST
 	}
 	p := join(n.path, name)
-	if e := n.fsys.private(p, mode, 0o044); e != 0 {
-		return nil, nil, 0, e
-	}
 	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, nil, 0, e
 	} else if dir {
@@ -777,7 +783,12 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	} else if file && flags&syscall.O_EXCL != 0 {
 		return nil, nil, 0, syscall.EEXIST
 	}
-	node := &fileNode{fsys: n.fsys, name: p}
+	// Its creator's, with the mode asked (after the creator's umask),
+	// recorded with the name at its publish (pool.Owner).
+	node := &fileNode{fsys: n.fsys, name: p, owner: &pool.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid, Mode: mode & 0o7777}}
+	if c, ok := fuse.FromContext(ctx); ok {
+		node.owner.Uid, node.owner.Gid = c.Uid, c.Gid
+	}
 	if flags&syscall.O_EXCL != 0 {
 		// Exclusive across hosts: the listing above may be a second
 		// old, and another host may be creating the name now.
@@ -795,7 +806,7 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		return nil, nil, 0, e
 	}
 	w.publishEmpty = true // a new file is published at its release even if empty
-	n.fsys.fileAttr(&out.Attr, 0)
+	n.fsys.fileAttr(&out.Attr, 0, node.owner)
 	return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), w, fuse.FOPEN_DIRECT_IO, 0
 }
 
@@ -833,7 +844,8 @@ type fileNode struct {
 	reserved string // the name claimed by an exclusive create, until published (pool.Reserve)
 	manifest string // "" for a new file not yet published
 	size     int64
-	writers  []*writer // open write handles
+	owner    *pool.Owner // as its name had it, or as made or changed here
+	writers  []*writer   // open write handles
 }
 
 // pendingWriter is the newest writer of the node that the caller's
@@ -903,6 +915,13 @@ func (n *fileNode) setVersion(manifest string, size int64) {
 	n.mu.Unlock()
 }
 
+// ownerOf is the node's owner and mode (nil: none recorded).
+func (n *fileNode) ownerOf() *pool.Owner {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.owner
+}
+
 func (n *fileNode) version() (string, int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -923,48 +942,47 @@ var (
 )
 
 func (n *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	o := n.ownerOf()
 	switch h := fh.(type) {
 	case *writer:
 		if size, ok := h.size(); ok {
-			n.fsys.fileAttr(&out.Attr, size)
+			n.fsys.fileAttr(&out.Attr, size, o)
 			return 0
 		} // released: as the node is
 	case *reader:
 		// The size of the version this handle reads, not of what the name
 		// points to now (another host may have replaced it).
-		n.fsys.fileAttr(&out.Attr, h.f.Size())
+		n.fsys.fileAttr(&out.Attr, h.f.Size(), o)
 		return 0
 	case *spoolReader:
-		n.fsys.fileAttr(&out.Attr, h.size())
+		n.fsys.fileAttr(&out.Attr, h.size(), o)
 		return 0
 	}
 	if manifest, size := n.version(); manifest != "" {
-		n.fsys.fileAttr(&out.Attr, size) // this node's version's
+		n.fsys.fileAttr(&out.Attr, size, o) // this node's version's
 		return 0
 	}
 	if size, ok := n.writerSize(); ok {
-		n.fsys.fileAttr(&out.Attr, size) // a new file being written here
+		n.fsys.fileAttr(&out.Attr, size, o) // a new file being written here
 		return 0
 	}
 	// A new file whose writer has gone without publishing.
 	p := n.path()
-	size, err := n.fsys.opts.Pool.Stat(uninterrupted(ctx), p)
+	_, size, owner, err := n.fsys.opts.Pool.ResolveOwned(uninterrupted(ctx), p)
 	if e := errno(n.fsys.opts.Logger, "stat "+p, err); e != 0 {
 		return e
 	}
-	n.fsys.fileAttr(&out.Attr, size)
+	n.fsys.fileAttr(&out.Attr, size, owner)
 	return 0
 }
 
 // Setattr allows what cp and the engine's writer do to a file being
-// written: truncate it; times and modes are accepted and not kept. The
-// pool keeps no modes: every file is 0644 on every host, so a chmod that
-// would take reading away from the group or others is refused (EPERM)
-// rather than accepted and not kept, which would leave a file its owner
-// meant to be private readable by everyone the mount admits.
+// written: truncate it; chmod and chown, kept with the name (pool.Owner);
+// times are accepted and not kept. The kernel checks who may
+// (default_permissions).
 func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if mode, ok := in.GetMode(); ok && mode&0o044 != 0o044 {
-		return syscall.EPERM
+	if e := n.setOwner(ctx, in); e != 0 {
+		return e
 	}
 	if sz, ok := in.GetSize(); ok {
 		w, isW := fh.(*writer)
@@ -983,13 +1001,14 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 			if p == "" {
 				return syscall.ENOENT
 			}
-			manifest, err := n.fsys.opts.Pool.PublishVersion(uninterrupted(ctx), p, bytes.NewReader(nil), 0)
+			o := n.ownerOf()
+			manifest, err := n.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, bytes.NewReader(nil), 0, o)
 			n.fsys.forget()
 			if e := errno(n.fsys.opts.Logger, "truncate "+p, err); e != 0 {
 				return e
 			}
 			n.setVersion(manifest, 0)
-			n.fsys.saw(p, version{manifest, 0})
+			n.fsys.saw(p, version{manifest, 0, o})
 			return n.Getattr(ctx, fh, out)
 		}
 		if !isW {
@@ -1016,6 +1035,48 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 		return n.Getattr(ctx, w, out) // the writer's size, not the version's
 	}
 	return n.Getattr(ctx, fh, out)
+}
+
+// setOwner applies a chmod or chown: kept with the name in the pool
+// (pool.SetOwner) and on the node; a new file not yet published keeps it
+// on the node, and its publish records it. Under the node's publish lock,
+// so that a publish in flight records the owner it read.
+func (n *fileNode) setOwner(ctx context.Context, in *fuse.SetAttrIn) syscall.Errno {
+	mode, chmod := in.GetMode()
+	uid, chown := in.GetUID()
+	gid, chgrp := in.GetGID()
+	if !chmod && !chown && !chgrp {
+		return 0
+	}
+	n.pub.Lock()
+	defer n.pub.Unlock()
+	o := pool.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid, Mode: 0o644}
+	if cur := n.ownerOf(); cur != nil {
+		o = *cur
+	}
+	if chmod {
+		o.Mode = mode & 0o7777
+	}
+	if chown {
+		o.Uid = uid
+	}
+	if chgrp {
+		o.Gid = gid
+	}
+	if manifest, _ := n.version(); manifest != "" || !n.writing() {
+		p := n.path()
+		if p == "" {
+			return syscall.ENOENT
+		}
+		if err := n.fsys.opts.Pool.SetOwner(uninterrupted(ctx), p, o); err != nil {
+			return errno(n.fsys.opts.Logger, "chmod "+p, err)
+		}
+		n.fsys.forget()
+	}
+	n.mu.Lock()
+	n.owner = &o
+	n.mu.Unlock()
+	return 0
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -1286,13 +1347,14 @@ func (w *writer) publish(ctx context.Context, final bool) syscall.Errno {
 	if err != nil {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
-	manifest, err := w.fsys.opts.Pool.PublishVersion(uninterrupted(ctx), p, w.spool, fi.Size())
+	o := w.node.ownerOf()
+	manifest, err := w.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, w.spool, fi.Size(), o)
 	if err != nil {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
 	w.node.setVersion(manifest, fi.Size())
 	w.node.unreserve(ctx) // the name itself excludes other creates now
-	w.fsys.saw(p, version{manifest, fi.Size()})
+	w.fsys.saw(p, version{manifest, fi.Size(), o})
 	w.dirty, w.publishEmpty = false, false
 	w.fsys.forget()
 	w.fsys.mu.Lock()
