@@ -223,25 +223,24 @@
 //
 // # Other users
 //
-// The pool keeps no owners or modes (yet: issue 30). A pool mount shows
-// every file as the daemon's user's, 0644, and every directory as its,
-// 0755, and the kernel checks those (default_permissions): without
-// allow_other no other user gets in; with it, every user reads every file
-// (there is no private file in a pool), and only the daemon's user
-// creates, writes, truncates, renames and removes. So that no file is
-// shown to others against its creator's wish, on an allow_other mount a
-// create whose mode withholds reading from group or others (0600, mkstemp,
-// a umask of 077) fails with EPERM, as does a mkdir withholding read or
-// search (0700), and, on any mount, a chmod that would take reading away.
-// An engine that makes its files 0600 needs a mount without allow_other.
-// Root passes the kernel's checks as ever. A pool mount has no control
-// socket. The pool itself is guarded by the services, not by the mount:
-// the S3 credentials guard the objects, but kvfs talks to etcd without
-// authentication or TLS (none is supported yet), so any user who reaches
-// etcd's port (any local user, with scripts/services on 127.0.0.1) can
-// rename or remove every name, the mount's permission checks
-// notwithstanding: etcd belongs on a network only the pool's hosts reach,
-// on hosts whose users are trusted.
+// A file's owner, group and permission bits are kept in etcd beside its
+// name (owner.go: attrs/<path>), set in the transaction that publishes
+// the name, moved by a rename and removed with the name. A pool mount
+// records its creator's (and mode, after the umask) at a create, and
+// changes them at a chmod or chown; a file published without them (kvfs
+// pool put, or a kvfs before 2026-12-03) shows as the mount's daemon's,
+// 0644. Directories are not kept (they are the prefixes of names): they
+// show as the daemon's, 0755, so on an allow_other mount a mkdir whose
+// mode withholds reading or search from others (0700) fails with EPERM.
+// The kernel checks what the mount shows (default_permissions); the /.kvfs
+// tree answers a caller only with files it may read. Root passes the
+// kernel's checks as ever. The pool itself is guarded by the services,
+// not by the mount: the S3 credentials guard the objects, but kvfs talks
+// to etcd without authentication or TLS (none is supported yet), so any
+// user who reaches etcd's port (any local user, with scripts/services on
+// 127.0.0.1) can rename or remove every name and change every owner, the
+// mount's permission checks notwithstanding: etcd belongs on a network
+// only the pool's hosts reach, on hosts whose users are trusted.
 //
 // # Tests
 //
