@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfs/kvfs/internal/snapgen"
 	"github.com/kvfs/kvfs/pool"
 )
 
@@ -57,9 +58,25 @@ func publisherChild() int {
 	}
 }
 
-// childFile is the file a child publishes for seed: shared chunks (the
-// same for every seed) and new ones, of an unaligned length.
+// childFile is the file a child publishes for seed: for an odd seed,
+// shared chunks (the same for every seed) and new ones, of an unaligned
+// length; for an even one, a snapshot of a prefix of one conversation, so
+// that publishes find parents (published by killed processes too) and cut
+// their rows where the parents' chunks end.
 func childFile(seed uint64) []byte {
+	if seed%2 == 0 {
+		b, err := childModel.Bytes(childTokens[:100+seed%uint64(len(childTokens)-100)])
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
 	b := randBytes(4*64<<10, 1234)
 	return append(b, randBytes(int(seed%(900<<10))+1, seed)...)
 }
+
+// The conversation of childFile's snapshots.
+var (
+	childModel  = snapgen.Model{ID: "test/kill", Layers: 2, KVHeads: 2, HeadDim: 64, DType: snapgen.Tiny.DType}
+	childTokens = snapgen.Tokens(3000, 77)
+)

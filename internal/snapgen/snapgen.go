@@ -9,6 +9,8 @@ package snapgen
 import (
 	"encoding/binary"
 	"math/bits"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 
@@ -125,4 +127,18 @@ func (m Model) WriteFile(path string, tokens []uint32) error {
 	h, tensors := m.Snapshot(tokens)
 	_, _, err := (&mlx.Writer{}).Write(path, h, tensors)
 	return err
+}
+
+// Bytes is the whole-layout snapshot of tokens, as WriteFile writes it.
+func (m Model) Bytes(tokens []uint32) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "snapgen-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "s.mlxkv")
+	if err := m.WriteFile(path, tokens); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
 }
