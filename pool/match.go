@@ -61,7 +61,7 @@ type namedSnap struct {
 	created int64 // the name's etcd CreateRevision: the earliest published wins a tie
 	snap    *SnapInfo
 	owner   *Owner // its owner and mode (owner.go), nil if none recorded
-	depth   int // how many of the prompt's groups its chain keys share
+	depth   int    // how many of the prompt's groups its chain keys share
 }
 
 // Match finds the pool's snapshot whose tokens best seed prompt q, by the
