@@ -79,3 +79,64 @@ func TestCache(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 }
+
+// TestCacheAddLater: a chunk added in the background is served (and
+// counted) at once, from memory, and is on disk once the cache is closed,
+// where a reopen finds it; a chunk the writer cannot write (its directory
+// gone) is counted as failed, with the reason, and is a later miss; after
+// Close nothing is added.
+func TestCacheAddLater(t *testing.T) {
+	dir := t.TempDir()
+	c, err := pool.OpenCache(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sums [][32]byte
+	for i := range 50 {
+		b := randBytes(1000+i, uint64(i))
+		sum := sha256.Sum256(b)
+		sums = append(sums, sum)
+		c.AddLater(sum, b)
+		if got, ok := c.Get(sum); !ok || !bytes.Equal(got, b) || !c.Has(sum) {
+			t.Fatalf("chunk %d just added later: %v", i, ok)
+		}
+	}
+	if st := c.Stats(); st.Chunks != 50 {
+		t.Fatalf("stats while writing: %+v", st)
+	}
+	c.Close()
+	late := randBytes(100, 99)
+	c.AddLater(sha256.Sum256(late), late)
+	if c.Has(sha256.Sum256(late)) {
+		t.Fatal("AddLater after Close added a chunk")
+	}
+	for _, sum := range sums {
+		if _, err := os.Stat(filepath.Join(dir, hex.EncodeToString(sum[:]))); err != nil {
+			t.Fatalf("a chunk added later is not on disk after Close: %v", err)
+		}
+	}
+	c2, err := pool.OpenCache(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c2.Stats(); st.Chunks != 50 {
+		t.Fatalf("reopened: %+v", st)
+	}
+	c2.Close()
+
+	gone := filepath.Join(t.TempDir(), "cache")
+	c3, err := pool.OpenCache(gone, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(gone)
+	b := randBytes(500, 7)
+	c3.AddLater(sha256.Sum256(b), b)
+	c3.Close()
+	if st := c3.Stats(); st.Failed != 1 || st.LastError == "" || st.Chunks != 0 {
+		t.Fatalf("a chunk that could not be written: %+v", st)
+	}
+	if _, ok := c3.Get(sha256.Sum256(b)); ok {
+		t.Fatal("a chunk that could not be written is served")
+	}
+}

@@ -187,6 +187,9 @@ func (p *Pool) Close() error {
 	p.s3.close()
 	p.etcd.close()
 	p.coord.close()
+	if p.cache != nil {
+		p.cache.Close()
+	}
 	err := p.coord.cli.Close()
 	if p.know != nil {
 		if kerr := p.know.close(); err == nil {

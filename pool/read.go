@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -419,12 +418,10 @@ func (f *File) fetchRun(ctx context.Context, run []int) ([][]byte, []error) {
 					if int64(len(b)) < at+c.Len || sha256.Sum256(b[at:at+c.Len]) != c.Sum {
 						continue
 					}
-					cb := bytes.Clone(b[at : at+c.Len])
+					cb := b[at : at+c.Len : at+c.Len] // the run's buffer is this read's alone
 					f.p.checked(c)
 					if f.p.cache != nil {
-						if err := f.p.cache.Add(c.Sum, cb); err != nil {
-							f.p.log.Warn("pool: chunk not cached", "err", err)
-						}
+						f.p.cache.AddLater(c.Sum, cb)
 					}
 					data[j] = cb
 				}
@@ -511,9 +508,7 @@ func (p *Pool) chunk(ctx context.Context, c ChunkRef) ([]byte, error) {
 	}
 	p.checked(c)
 	if p.cache != nil {
-		if err := p.cache.Add(c.Sum, b); err != nil {
-			p.log.Warn("pool: chunk not cached", "err", err)
-		}
+		p.cache.AddLater(c.Sum, b)
 	}
 	return b, nil
 }

@@ -192,10 +192,11 @@ func TestPoolMountDamagedCacheChunk(t *testing.T) {
 	})
 	sum := poolChunks(t, want)[0].Sum
 	cf := filepath.Join(filepath.Dir(b), "host-b", "cache", hex.EncodeToString(sum[:]))
-	c, err := os.ReadFile(cf)
-	if err != nil {
-		t.Fatalf("chunk 0 not in b's cache: %v", err)
-	}
+	var c []byte
+	waitFor(t, "chunk 0 in b's cache (written in the background)", func() (err error) {
+		c, err = os.ReadFile(cf)
+		return err
+	})
 	c[5000] ^= 0xff
 	if err := os.WriteFile(cf, c, 0o600); err != nil {
 		t.Fatal(err)
