@@ -33,7 +33,7 @@ type Cache struct {
 	laterBytes int64
 	wake       chan struct{}
 	writing    sync.WaitGroup
-	closed     bool // Close ran: AddLater adds nothing
+	closed     bool       // Close ran: AddLater adds nothing
 	lru        *list.List // of *cacheEntry, most recent first
 	byKey      map[[32]byte]*list.Element
 	bytes      int64
