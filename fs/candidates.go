@@ -44,7 +44,7 @@ func (d *candidatesDir) Lookup(ctx context.Context, name string, out *fuse.Entry
 	// on who asks.
 	out.SetEntryTimeout(entryTimeout)
 	out.SetAttrTimeout(entryTimeout)
-	key, ok := parseKey(name)
+	key, ok := ParseKey(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}

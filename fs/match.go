@@ -47,8 +47,8 @@ func (d *matchDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 	return gofs.NewListDirStream(dotEntries(&d.Inode, 0)), 0
 }
 
-// parseKey reads a link name: 64 lowercase hex digits.
-func parseKey(name string) (mlx.ChainKey, bool) {
+// ParseKey reads a link name: 64 lowercase hex digits.
+func ParseKey(name string) (mlx.ChainKey, bool) {
 	var k mlx.ChainKey
 	if len(name) != 2*len(k) || strings.ToLower(name) != name {
 		return k, false
@@ -61,7 +61,7 @@ func (d *matchDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	// Not cached: snapshots come and go, and the answer depends on who asks.
 	out.SetEntryTimeout(entryTimeout)
 	out.SetAttrTimeout(entryTimeout)
-	key, ok := parseKey(name)
+	key, ok := ParseKey(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}

@@ -52,9 +52,9 @@ func prefixViewIno(ino uint64, n int64) uint64 {
 	return ctlPrefixFiles + ino<<prefixNBits + uint64(n)
 }
 
-// splitPrefixName splits name@N at its last '@'. N is a positive decimal
+// SplitPrefixName splits name@N at its last '@'. N is a positive decimal
 // without sign or leading zeros: one name per view.
-func splitPrefixName(name string) (string, int64, error) {
+func SplitPrefixName(name string) (string, int64, error) {
 	i := strings.LastIndexByte(name, '@')
 	if i <= 0 {
 		return "", 0, fmt.Errorf("%q has no @N token count", name)
@@ -98,7 +98,7 @@ func (d *mirrorDir) lookupPrefix(ctx context.Context, name string, out *fuse.Ent
 		md := &mirrorDir{fsys: d.fsys, ino: fi.Ino, prefix: true}
 		return d.NewInode(ctx, md, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ctlPrefixDirs + fi.Ino}), 0
 	}
-	base, n, err := splitPrefixName(name)
+	base, n, err := SplitPrefixName(name)
 	if err != nil {
 		return nil, d.fsys.refuse(&refusedView{path: name, err: err})
 	}
@@ -148,7 +148,7 @@ func (p *prefixFile) view(ctx context.Context) (*mlx.PrefixView, *store.FileInfo
 	if err := up.valid(); err != nil {
 		return nil, nil, err
 	}
-	base, _, err := splitPrefixName(name)
+	base, _, err := SplitPrefixName(name)
 	if err != nil {
 		return nil, nil, &goneError{fmt.Errorf("%v: %w", err, iofs.ErrNotExist)}
 	}

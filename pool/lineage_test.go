@@ -3,8 +3,6 @@ package pool_test
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvfs/kvfs/internal/snapgen"
@@ -103,11 +101,7 @@ func TestPrefixSeriesAcrossHosts(t *testing.T) {
 // snapshotFile is a whole-layout snapshot of tokens, of model m.
 func snapshotFile(t *testing.T, m snapgen.Model, tokens []uint32) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "s.mlxkv")
-	if err := m.WriteFile(path, tokens); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
+	b, err := m.Bytes(tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvfs/kvfs/blockstore"
@@ -180,11 +178,7 @@ func TestCutRefuses(t *testing.T) {
 // snapshotOf is a whole-layout snapshot of tokens, of model m.
 func snapshotOf(t *testing.T, m snapgen.Model, tokens []uint32) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "s.mlxkv")
-	if err := m.WriteFile(path, tokens); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
+	b, err := m.Bytes(tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,11 +196,7 @@ func TestPoolMountCtlTree(t *testing.T) {
 // snapshotFile is a whole-layout snapshot of tokens, of model m.
 func snapshotFile(t *testing.T, m snapgen.Model, tokens []uint32) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "s.mlxkv")
-	if err := m.WriteFile(path, tokens); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
+	b, err := m.Bytes(tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

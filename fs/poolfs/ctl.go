@@ -3,7 +3,6 @@ package poolfs
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,16 +184,6 @@ func (h bytesHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(h[off:min(int64(len(h)), off+int64(len(dest)))]), 0
 }
 
-// parseKey reads a key's name: 64 lowercase hex digits.
-func parseKey(name string) (mlx.ChainKey, bool) {
-	var k mlx.ChainKey
-	if len(name) != 2*len(k) || strings.ToLower(name) != name {
-		return k, false
-	}
-	_, err := hex.Decode(k[:], []byte(name))
-	return k, err == nil
-}
-
 // matchDir is /.kvfs/match: keys are looked up, not listed.
 type matchDir struct {
 	gofs.Inode
@@ -211,7 +200,7 @@ func (d *matchDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 }
 
 func (d *matchDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	key, ok := parseKey(name)
+	key, ok := kvfs.ParseKey(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
@@ -321,7 +310,7 @@ func (d *candidatesDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Er
 }
 
 func (d *candidatesDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	key, ok := parseKey(name)
+	key, ok := kvfs.ParseKey(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
@@ -459,7 +448,7 @@ func (d *viewDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	}
 	var n int64
 	if d.prefix {
-		base, tokens, err := splitPrefixName(name)
+		base, tokens, err := kvfs.SplitPrefixName(name)
 		if err != nil {
 			d.fsys.opts.Logger.Info("no prefix view", "view", p, "reason", err)
 			return nil, syscall.ENOENT
@@ -479,21 +468,6 @@ func (d *viewDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	vf := &viewFile{fsys: d.fsys, v: v}
 	vf.attr(&out.Attr)
 	return d.NewInode(ctx, vf, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
-}
-
-// splitPrefixName splits name@N at its last '@'. N is a positive decimal
-// without sign or leading zeros: one name per view.
-func splitPrefixName(name string) (string, int64, error) {
-	i := strings.LastIndexByte(name, '@')
-	if i <= 0 {
-		return "", 0, fmt.Errorf("%q has no @N token count", name)
-	}
-	s := name[i+1:]
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || s[0] == '0' || s[0] == '+' || n <= 0 {
-		return "", 0, fmt.Errorf("%q: token count %q is not a positive decimal", name, s)
-	}
-	return name[:i], n, nil
 }
 
 // view is one view's bytes: size of them, read by readAt from the pool
