@@ -80,7 +80,7 @@ func LineageOf(src io.ReaderAt, size int64, path string) Lineage {
 // opt.ChunkSize with content cuts would, with opt.Parent's chunks reused
 // where the bytes match them, and calls fn with each batch of chunks, in
 // file order, and the batch's bytes (chunk c is data[c.Off-base:][:c.Len];
-// data is reused after fn returns). Runs of zeros are cut every C bytes
+// chunks and data are reused after fn returns). Runs of zeros are cut every C bytes
 // (a store keeps them as zero runs). It returns the file's lineage.
 func Cut(ctx context.Context, src io.ReaderAt, size int64, opt CutOptions, fn func(chunks []Chunk, base int64, data []byte) error) (Lineage, error) {
 	C := opt.ChunkSize
