@@ -176,12 +176,18 @@ func newCutPlanner(opt CutOptions, C int64) planner {
 
 // cutParent makes a parentSnap of a caller's parent: its rows, of layout
 // key, and its tokens' common prefix with the new file's.
+//
+// A caller's parent is untrusted bytes (another host's file): it is
+// parsed within the default caps (LineageOf) before its rows are.
 func cutParent(cp *CutParent, key string, tokens []uint32, rows rowsFunc) *parentSnap {
+	plin := LineageOf(cp.Src, cp.Size, cp.Path)
+	if plin.Layout != key {
+		return nil
+	}
 	pkey, slots, err := rows(cp.Src, cp.Size)
 	if err != nil || pkey != key {
 		return nil
 	}
-	plin := LineageOf(cp.Src, cp.Size, cp.Path)
 	common := 0
 	for common < len(tokens) && common < len(plin.Tokens) && tokens[common] == plin.Tokens[common] {
 		common++
