@@ -19,8 +19,9 @@ import (
 // through B's mount at the cache's speed, not after --pool-timeout; a file
 // B has not read fails after at most one timeout and then at once, and
 // reads once S3 is back. The same with etcd hung, for a file B has read
-// and one it never looked up. B's log says once per service that its
-// circuit opened, and once that it closed.
+// and one it never looked up. The /.kvfs tree answers as the files do
+// (a whole view of a file B has read, the stats). B's log says once per
+// service that its circuit opened, and once that it closed.
 func TestPoolMountServicesHang(t *testing.T) {
 	env, svc := poolServices(t)
 	// A cached read is timed against a bound far below the timeout: a
@@ -84,8 +85,22 @@ func TestPoolMountServicesHang(t *testing.T) {
 		}
 	}
 
+	// statsFast reads /.kvfs/stats within fast.
+	statsFast := func(what string) {
+		t.Helper()
+		start := time.Now()
+		if b, err := os.ReadFile(filepath.Join(b, ".kvfs", "stats")); err != nil || !bytes.Contains(b, []byte(`"names"`)) {
+			t.Fatalf("%s: /.kvfs/stats: %q, %v", what, b, err)
+		}
+		if d := time.Since(start); d > fast {
+			t.Fatalf("%s: /.kvfs/stats took %v", what, d)
+		}
+	}
+
 	pause("s3")
 	timedRead("read of a file B has read, S3 hung", "seen", seen)
+	timedRead("its /.kvfs/whole view, S3 hung", ".kvfs/whole/seen", seen)
+	statsFast("S3 hung")
 	start := time.Now()
 	if _, err := os.ReadFile(filepath.Join(b, "unseen")); err == nil {
 		t.Fatal("read of a file B has not read, S3 hung: no error")
@@ -106,6 +121,8 @@ func TestPoolMountServicesHang(t *testing.T) {
 	pause("etcd")
 	timedRead("read of a file B has read, etcd hung", "seen", seen)
 	timedRead("read again, etcd hung", "seen", seen)
+	timedRead("its /.kvfs/whole view, etcd hung", ".kvfs/whole/seen", seen)
+	statsFast("etcd hung")
 	start = time.Now()
 	if _, err := os.ReadFile(filepath.Join(b, "fresh")); err == nil {
 		t.Fatal("read of a file B never looked up, etcd hung: no error")
