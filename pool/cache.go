@@ -83,14 +83,20 @@ func OpenCache(dir string, limit int64) (*Cache, error) {
 		}
 		var sum [32]byte
 		copy(sum[:], b)
-		c.byKey[sum] = c.lru.PushBack(&cacheEntry{sum: sum, size: info.Size()})
-		c.bytes += info.Size()
+		c.byKey[sum] = c.lru.PushBack(&cacheEntry{sum: sum, size: diskSize(info.Size())})
+		c.bytes += diskSize(info.Size())
 	}
 	c.mu.Lock()
 	c.evictLocked()
 	c.mu.Unlock()
 	return c, nil
 }
+
+// diskSize is what a chunk file of n bytes takes on disk, as the cache
+// counts it against its bound: whole blocks of 4 KiB. A file cut where its
+// rows end has chunks of a few hundred bytes, each a file of one block:
+// counted by their bytes, a cache of them took 8× its bound on disk.
+func diskSize(n int64) int64 { return (n + 4095) &^ 4095 }
 
 func (c *Cache) path(sum [32]byte) string { return filepath.Join(c.dir, hex.EncodeToString(sum[:])) }
 
@@ -182,8 +188,8 @@ func (c *Cache) Add(sum [32]byte, b []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byKey[sum]; !ok {
-		c.byKey[sum] = c.lru.PushFront(&cacheEntry{sum: sum, size: int64(len(b)), verified: true})
-		c.bytes += int64(len(b))
+		c.byKey[sum] = c.lru.PushFront(&cacheEntry{sum: sum, size: diskSize(int64(len(b))), verified: true})
+		c.bytes += diskSize(int64(len(b)))
 	}
 	c.evictLocked()
 	return nil
@@ -320,7 +326,7 @@ func ScanCache(dir string) (chunks int, bytes int64, err error) {
 		}
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
 			chunks++
-			bytes += info.Size()
+			bytes += diskSize(info.Size())
 		}
 	}
 	return chunks, bytes, nil

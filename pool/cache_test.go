@@ -15,10 +15,11 @@ import (
 // cache was closed is a miss on its first read (and is removed), never
 // wrong bytes; a torn temporary file is cleared at open, a file that is
 // not the cache's is left alone; the bound evicts
-// the least recently used chunks.
+// the least recently used chunks, counting each chunk file as the whole
+// 4 KiB blocks it takes on disk (three chunks of 1000 bytes fill 12 KiB).
 func TestCache(t *testing.T) {
 	dir := t.TempDir()
-	c, err := pool.OpenCache(dir, 3*1000)
+	c, err := pool.OpenCache(dir, 3*4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestCache(t *testing.T) {
 	// A file that is not the cache's (the directory may be shared) is
 	// left alone.
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600)
-	c, err = pool.OpenCache(dir, 3*1000)
+	c, err = pool.OpenCache(dir, 3*4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestCache(t *testing.T) {
 			t.Fatalf("chunk %d after a reopen: %v", i, ok)
 		}
 	}
-	if st := c.Stats(); st.Chunks != 2 || st.Bytes != 2000 || st.Misses != 1 {
+	if st := c.Stats(); st.Chunks != 2 || st.Bytes != 2*4096 || st.Misses != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
 }

@@ -166,7 +166,7 @@ func (c *coord) beginPublish(ctx context.Context, s *concurrency.Session, opTime
 func (c *coord) commitName(ctx context.Context, pubKey, path, manifest string, o *Owner) error {
 	resp, err := c.cli.Txn(ctx).
 		If(append(c.noConflict(path), clientv3.Compare(clientv3.CreateRevision(pubKey), ">", 0))...).
-		Then(clientv3.OpPut(c.namesKey(path), manifest), clientv3.OpPut(c.usedKey(path), usedNow()), c.ownerOps(path, o)).
+		Then(append([]clientv3.Op{clientv3.OpPut(c.namesKey(path), manifest), clientv3.OpPut(c.usedKey(path), usedNow())}, c.ownerOps(path, o)...)...).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: set name %s: %w", path, err)

@@ -19,6 +19,7 @@ import (
 const (
 	maxCachedManifests = 1 << 10 // parsed manifests kept for reads
 	maxSeen            = 1 << 20 // names of the manifests learned
+	maxLineageKeys     = 1 << 22 // chain keys of the lineages learned: 128 MiB
 	maxKnown           = 1 << 21 // chunk locations (2 TiB of 1 MiB chunks)
 	maxManifests       = 1 << 14 // manifests kept on disk
 )

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/kvfs/kvfs/mlx"
+	"github.com/kvfs/kvfs/store"
 )
 
 // Object names inside the pool's prefix. Both kinds are named by the
@@ -287,14 +288,20 @@ func lineageKeys(layout string, tokens []uint32) [][32]byte {
 // maxKindLen bounds a lineage's kind (store.Lineage.Kind: a short word).
 const maxKindLen = 32
 
+// maxLineageTokens bounds a lineage's tokens: a store indexes no file of
+// more (store.DefaultMaxSnapshotTokens; store.Cut cuts such a file as
+// plain bytes, with no lineage), and each host keeps every lineage it
+// learns in memory: a record of 2^26 tokens' keys was 8 MiB.
+const maxLineageTokens = store.DefaultMaxSnapshotTokens
+
 func decodeLineage(j *lineageJSON) (*LineageInfo, error) {
 	switch {
 	case j.Layout == "" || len(j.Layout) > maxSnapString:
 		return nil, fmt.Errorf("a layout key of %d bytes: want 1 to %d", len(j.Layout), maxSnapString)
 	case len(j.Kind) > maxKindLen:
 		return nil, fmt.Errorf("a kind of %d bytes: over the limit of %d", len(j.Kind), maxKindLen)
-	case j.Tokens < 0 || j.Tokens > maxSnapTokens:
-		return nil, fmt.Errorf("%d tokens: want 0 to %d", j.Tokens, maxSnapTokens)
+	case j.Tokens < 0 || j.Tokens > maxLineageTokens:
+		return nil, fmt.Errorf("%d tokens: want 0 to %d", j.Tokens, maxLineageTokens)
 	case int64(len(j.Keys)) != j.Tokens/groupTokens+1:
 		return nil, fmt.Errorf("%d chain keys for %d tokens, want %d", len(j.Keys), j.Tokens, j.Tokens/groupTokens+1)
 	}

@@ -175,15 +175,20 @@ func (p *Pool) snapshots(ctx context.Context, op string) ([]*namedSnap, error) {
 		if !strings.HasSuffix(path, ".mlxkv") {
 			continue
 		}
-		m, err := p.manifest(ctx, string(kv.Value))
-		if err != nil {
-			// A name gone or damaged meanwhile is no candidate; the
-			// lookup answers from the others.
-			p.log.Warn("pool: "+op+": a snapshot's manifest unreadable; passed over", "path", path, "err", err)
-			continue
+		p.mu.Lock()
+		sn, known := p.snapOf[string(kv.Value)]
+		p.mu.Unlock()
+		if !known {
+			m, err := p.manifest(ctx, string(kv.Value))
+			if err != nil {
+				// A name gone or damaged meanwhile is no candidate; the
+				// lookup answers from the others.
+				p.log.Warn("pool: "+op+": a snapshot's manifest unreadable; passed over", "path", path, "err", err)
+				continue
+			}
+			p.learn(string(kv.Value), m)
+			sn = m.Snap
 		}
-		p.learn(string(kv.Value), m)
-		sn := m.Snap
 		if sn == nil {
 			sn = p.lateSnap(ctx, path, string(kv.Value))
 		}

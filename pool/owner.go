@@ -15,9 +15,11 @@ import (
 // chmod and chown through a mount), are kept in etcd beside the name:
 // attrs/<path> → "UID GID MODE" (decimal, decimal, octal). They move with
 // a rename and go with a removal or an eviction, in the same transaction
-// as the name. A file published without them (kvfs pool put, or a kvfs
-// before 2026-12-03) shows as the mount's daemon's, 0644, as every file
-// did before. They are what a mount shows the kernel, which checks them
+// as the name; a file published again without an owner (written again
+// through a mount, or by kvfs pool put) keeps them. A file published
+// without them (kvfs pool put of a new name, or a kvfs before
+// 2026-12-03) shows as the mount's daemon's, 0644, as every file did
+// before. They are what a mount shows the kernel, which checks them
 // (default_permissions): they are as trustworthy as etcd's access control
 // (doc.go, "Other users").
 
@@ -52,12 +54,14 @@ func decodeOwner(v string) *Owner {
 }
 
 // ownerOps are the operations that set path's owner to o within a
-// name's transaction (o nil: none recorded).
-func (c *coord) ownerOps(path string, o *Owner) clientv3.Op {
+// name's transaction; none for o nil: a file published again keeps the
+// owner and mode it has, as a file written again does on a disk (a
+// chmod on another host is not undone by a writer's stale view of it).
+func (c *coord) ownerOps(path string, o *Owner) []clientv3.Op {
 	if o == nil {
-		return clientv3.OpDelete(c.attrsKey(path))
+		return nil
 	}
-	return clientv3.OpPut(c.attrsKey(path), o.encode())
+	return []clientv3.Op{clientv3.OpPut(c.attrsKey(path), o.encode())}
 }
 
 // ResolveOwned is Resolve with the file's owner (nil: none recorded),
@@ -107,4 +111,23 @@ func (p *Pool) SetOwner(ctx context.Context, path string, o Owner) error {
 		return fmt.Errorf("chmod %s: %w", path, fs.ErrNotExist)
 	}
 	return nil
+}
+
+// Owners returns the owners recorded for the names under prefix (a
+// directory's "dir/", or "" for all), by path: one etcd round trip. A
+// name without one is absent (it is the daemon's, 0644, to a mount).
+func (p *Pool) Owners(ctx context.Context, prefix string) (map[string]*Owner, error) {
+	octx, cancel := p.op(ctx)
+	resp, err := p.coord.cli.Get(octx, p.coord.attrsKey(prefix), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("owners of %s: etcd: %w", prefix, p.explain(ctx, err))
+	}
+	out := make(map[string]*Owner, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if o := decodeOwner(string(kv.Value)); o != nil {
+			out[string(kv.Key[len(p.coord.attrsKey("")):])] = o
+		}
+	}
+	return out, nil
 }

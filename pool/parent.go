@@ -22,7 +22,7 @@ import (
 // lineageInfo is the manifest record of a cut file's lineage, nil if it
 // has none or one beyond what a manifest may hold.
 func lineageInfo(l store.Lineage) *LineageInfo {
-	if l.Layout == "" || len(l.Layout) > maxSnapString || len(l.Kind) > maxKindLen || int64(len(l.Tokens)) > maxSnapTokens {
+	if l.Layout == "" || len(l.Layout) > maxSnapString || len(l.Kind) > maxKindLen || int64(len(l.Tokens)) > maxLineageTokens {
 		return nil
 	}
 	return &LineageInfo{Kind: l.Kind, Layout: l.Layout, Tokens: int64(len(l.Tokens)), Keys: lineageKeys(l.Layout, l.Tokens)}

@@ -70,6 +70,13 @@ type Pool struct {
 	touched   map[string]time.Time    // when this host last recorded a use of each name (evict.go)
 	snaps     map[string]*SnapInfo    // records made late, by manifest (match.go)
 	lineages  map[string]*LineageInfo // lineage records learned, by manifest (parent.go)
+	// lineageKeys counts the chain keys lineages holds, bounded by
+	// maxLineageKeys (32 bytes each).
+	lineageKeys int
+	// snapOf are the snapshot records of the manifests learned (nil: the
+	// manifest has none), by manifest; snapKeys counts their chain keys.
+	snapOf   map[string]*SnapInfo
+	snapKeys int
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
 	badNames    int // names left out of the last listing (List), logged when it changes
@@ -157,6 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		manifests: map[string]*Manifest{},
 		seen:      map[string]bool{},
 		lineages:  map[string]*LineageInfo{},
+		snapOf:    map[string]*SnapInfo{},
 		touched:   map[string]time.Time{},
 		snaps:     map[string]*SnapInfo{},
 	}

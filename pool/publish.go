@@ -37,8 +37,9 @@ func (p *Pool) PublishVersion(ctx context.Context, path string, r io.ReaderAt, s
 }
 
 // PublishOwned is PublishVersion recording o as the file's owner and
-// mode (owner.go; nil: none, the file shows as the mount's daemon's,
-// 0644), in the transaction that sets the name.
+// mode (owner.go), in the transaction that sets the name. With o nil the
+// name keeps the owner it has (none for a new name: the file shows as the
+// mount's daemon's, 0644).
 func (p *Pool) PublishOwned(ctx context.Context, path string, r io.ReaderAt, size int64, o *Owner) (string, error) {
 	if err := checkPath(path); err != nil {
 		return "", err
@@ -476,6 +477,21 @@ func (p *Pool) remember(name string, m *Manifest) bool {
 		clear(p.manifests)
 	}
 	p.manifests[name] = m
+	if _, ok := p.snapOf[name]; !ok {
+		// Kept apart from the manifests (a lookup lists every name's
+		// record, and past maxCachedManifests each lookup read every
+		// manifest again), within a budget of chain keys.
+		n := 0
+		if m.Snap != nil {
+			n = len(m.Snap.Keys)
+		}
+		if len(p.snapOf) >= maxSeen || p.snapKeys+n > maxLineageKeys {
+			clear(p.snapOf)
+			p.snapKeys = 0
+		}
+		p.snapOf[name] = m.Snap
+		p.snapKeys += n
+	}
 	if p.seen[name] {
 		return false
 	}
@@ -487,10 +503,12 @@ func (p *Pool) remember(name string, m *Manifest) bool {
 		clear(p.known)
 	}
 	if m.Lineage != nil {
-		if len(p.lineages) >= maxSeen {
-			clear(p.lineages)
+		if len(p.lineages) >= maxSeen || p.lineageKeys+len(m.Lineage.Keys) > maxLineageKeys {
+			clear(p.lineages) // as the other maps do: dedup lost, never a wrong byte
+			p.lineageKeys = 0
 		}
 		p.lineages[name] = m.Lineage
+		p.lineageKeys += len(m.Lineage.Keys)
 	}
 	for _, c := range m.Chunks {
 		if l, ok := p.known[c.Sum]; ok && l.checked {

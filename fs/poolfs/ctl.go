@@ -477,8 +477,9 @@ type view struct {
 	owner    *pool.Owner // the original's (nil: the daemon's, 0644)
 	size     int64
 	readAt   func(src *sources, p []byte, off int64) (int, error)
-	path     string // the original's
-	manifest string // its version
+	path     string   // the original's
+	manifest string   // its version
+	blocks   []string // the blocks it reads, of its directory's blocks/
 }
 
 // sources are the pool files a view reads, opened at its first read of
@@ -542,6 +543,12 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 	if e := errno(f.opts.Logger, "view "+p, err); e != 0 {
 		return nil, e
 	}
+	// A view reads the original: the caller must be allowed to, before
+	// its header is even read (its token count, whether it is a
+	// snapshot: a private file's name must tell nothing more).
+	if !f.mayRead(ctx, ver.owner) {
+		return nil, syscall.EACCES
+	}
 	v := &view{path: p, manifest: ver.manifest, size: ver.size, owner: ver.owner}
 	src := &sources{fsys: f, v: v}
 	orig, err := src.get(uninterrupted(ctx), "")
@@ -603,6 +610,21 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 		v.readAt = whole
 		return v, 0
 	}
+	if snap.Blocks() {
+		// ... and its blocks, each of which may have another owner.
+		seen := map[string]bool{}
+		for _, t := range snap.Header.Slots() {
+			for _, b := range t.Blocks {
+				if !seen[b.Hash] {
+					seen[b.Hash] = true
+					v.blocks = append(v.blocks, b.Hash)
+				}
+			}
+		}
+		if e := f.mayReadBlocks(ctx, v); e != 0 {
+			return nil, e
+		}
+	}
 	var pieces func(off, n int64) []mlx.ViewPiece
 	var prefix []byte
 	if n == 0 {
@@ -657,6 +679,31 @@ func (f *fsys) view(ctx context.Context, p string, n int64) (*view, syscall.Errn
 	return v, 0
 }
 
+// mayReadBlocks says whether the caller may read every block of view v
+// (EACCES if not): a view of a blocks-layout snapshot would otherwise
+// hand out bytes of blocks the caller may not read, under the mode of the
+// manifest that lists them.
+func (f *fsys) mayReadBlocks(ctx context.Context, v *view) syscall.Errno {
+	if len(v.blocks) == 0 {
+		return 0
+	}
+	dir := path.Join(path.Dir(v.path), "blocks") + "/"
+	if path.Dir(v.path) == "." {
+		dir = "blocks/"
+	}
+	owners, err := f.opts.Pool.Owners(uninterrupted(ctx), dir)
+	if err != nil {
+		return errno(f.opts.Logger, "view "+v.path, err)
+	}
+	for _, b := range v.blocks {
+		if !f.mayRead(ctx, owners[dir+b]) {
+			f.opts.Logger.Info("no view: a block the caller may not read", "path", v.path, "block", b)
+			return syscall.EACCES
+		}
+	}
+	return 0
+}
+
 // viewFile is a file of /.kvfs/prefix or /.kvfs/whole.
 type viewFile struct {
 	gofs.Inode
@@ -680,6 +727,11 @@ func (vf *viewFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 func (vf *viewFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EACCES
+	}
+	// The kernel checked the original's mode; the blocks are checked for
+	// this opener (the kernel's entry may be another user's lookup).
+	if e := vf.fsys.mayReadBlocks(ctx, vf.v); e != 0 {
+		return nil, 0, e
 	}
 	return &viewHandle{fsys: vf.fsys, v: vf.v, src: &sources{fsys: vf.fsys, v: vf.v}}, fuse.FOPEN_KEEP_CACHE, 0
 }

@@ -776,11 +776,13 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		return nil, nil, 0, syscall.EEXIST
 	}
 	p := join(n.path, name)
-	if file, dir, e := n.fsys.kind(p); e != 0 {
+	file, dir, e := n.fsys.kind(p)
+	switch {
+	case e != 0:
 		return nil, nil, 0, e
-	} else if dir {
+	case dir:
 		return nil, nil, 0, syscall.EISDIR
-	} else if file && flags&syscall.O_EXCL != 0 {
+	case file && flags&syscall.O_EXCL != 0:
 		return nil, nil, 0, syscall.EEXIST
 	}
 	// Its creator's, with the mode asked (after the creator's umask),
@@ -788,6 +790,14 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	node := &fileNode{fsys: n.fsys, name: p, owner: &pool.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid, Mode: mode & 0o7777}}
 	if c, ok := fuse.FromContext(ctx); ok {
 		node.owner.Uid, node.owner.Gid = c.Uid, c.Gid
+	}
+	if file {
+		// A create of a name that exists (O_CREAT, the kernel's entry
+		// gone stale) writes it again: it keeps its owner and mode.
+		node.keepOwner = true
+		if v, err := n.fsys.resolve(p); err == nil {
+			node.owner = v.owner
+		}
 	}
 	if flags&syscall.O_EXCL != 0 {
 		// Exclusive across hosts: the listing above may be a second
@@ -845,7 +855,10 @@ type fileNode struct {
 	manifest string // "" for a new file not yet published
 	size     int64
 	owner    *pool.Owner // as its name had it, or as made or changed here
-	writers  []*writer   // open write handles
+	// keepOwner: the node was created over a name that exists, whose
+	// owner its first publish keeps.
+	keepOwner bool
+	writers   []*writer // open write handles
 }
 
 // pendingWriter is the newest writer of the node that the caller's
@@ -869,6 +882,14 @@ func (n *fileNode) unpublished() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.manifest == "" && len(n.writers) > 0
+}
+
+// recordsOwner reports whether the node's next publish records its
+// owner and mode: a new file made here, not yet published.
+func (n *fileNode) recordsOwner() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.manifest == "" && len(n.writers) > 0 && !n.keepOwner
 }
 
 // unreserve gives up the node's claim of an exclusive create, if any.
@@ -1002,7 +1023,7 @@ func (n *fileNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.Set
 				return syscall.ENOENT
 			}
 			o := n.ownerOf()
-			manifest, err := n.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, bytes.NewReader(nil), 0, o)
+			manifest, err := n.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, bytes.NewReader(nil), 0, nil) // its owner stays
 			n.fsys.forget()
 			if e := errno(n.fsys.opts.Logger, "truncate "+p, err); e != 0 {
 				return e
@@ -1347,8 +1368,15 @@ func (w *writer) publish(ctx context.Context, final bool) syscall.Errno {
 	if err != nil {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
+	// A file made here records its owner and mode at its first publish;
+	// one written again keeps those its name has (a chmod on another
+	// host is not undone by this node's view of it).
 	o := w.node.ownerOf()
-	manifest, err := w.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, w.spool, fi.Size(), o)
+	var record *pool.Owner
+	if w.node.recordsOwner() {
+		record = o
+	}
+	manifest, err := w.fsys.opts.Pool.PublishOwned(uninterrupted(ctx), p, w.spool, fi.Size(), record)
 	if err != nil {
 		return errno(w.fsys.opts.Logger, "publish "+p, err)
 	}
