@@ -131,3 +131,48 @@ func (p *Pool) Owners(ctx context.Context, prefix string) (map[string]*Owner, er
 	}
 	return out, nil
 }
+
+// A directory's owner and mode, set by a mkdir through a mount, are kept
+// under attrs/<dir>/ (a name never ends in /): directories are the
+// prefixes of names, but an engine makes its blocks directory 0700, and a
+// directory shown 0755 to every user of an allow_other mount would expose
+// what its maker hid. The record outlives the directory's last name, and
+// a later directory of that name shows it; a rmdir through a mount
+// removes it.
+
+// SetDirOwner records the owner and mode of directory dir.
+func (p *Pool) SetDirOwner(ctx context.Context, dir string, o Owner) error {
+	if err := checkPath(dir); err != nil {
+		return err
+	}
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	if _, err := p.coord.cli.Put(octx, p.coord.attrsKey(dir+"/"), o.encode()); err != nil {
+		return fmt.Errorf("mkdir %s: etcd: %w", dir, p.explain(ctx, err))
+	}
+	return nil
+}
+
+// DirOwner returns directory dir's recorded owner and mode (nil: none).
+func (p *Pool) DirOwner(ctx context.Context, dir string) (*Owner, error) {
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	resp, err := p.coord.cli.Get(octx, p.coord.attrsKey(dir+"/"))
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: etcd: %w", dir, p.explain(ctx, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return decodeOwner(string(resp.Kvs[0].Value)), nil
+}
+
+// RemoveDirOwner removes directory dir's record (a rmdir).
+func (p *Pool) RemoveDirOwner(ctx context.Context, dir string) error {
+	octx, cancel := p.op(ctx)
+	defer cancel()
+	if _, err := p.coord.cli.Delete(octx, p.coord.attrsKey(dir+"/")); err != nil {
+		return fmt.Errorf("rmdir %s: etcd: %w", dir, p.explain(ctx, err))
+	}
+	return nil
+}

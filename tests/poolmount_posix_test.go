@@ -112,7 +112,8 @@ func TestPoolMountExclAcrossHosts(t *testing.T) {
 // A file's owner and mode are kept with its name in the pool (issue 30):
 // a create 0600 is 0600 on every host, not silently turned into 0644 that
 // lets every user of an allow_other mount read the file (finding 5); a
-// chmod and a chown are kept and move with a rename.
+// chmod and a chown are kept and move with a rename, and a file written
+// again keeps them.
 func TestPoolMountModeKept(t *testing.T) {
 	env, _ := poolServices(t)
 	a := poolMount(t, env, "a", "-o", "allow_other")
@@ -153,6 +154,21 @@ func TestPoolMountModeKept(t *testing.T) {
 	waitFor(t, "g 0640 of 1234 on b", func() error {
 		if m, uid, err := mode(b, "g"); err != nil || m != 0o640 || uid != 1234 {
 			return fmt.Errorf("mode %v uid %d, %v", m, uid, err)
+		}
+		return nil
+	})
+	// A chmod on one host is not undone by another host writing the
+	// file again (its view of the mode is older).
+	if err := os.Chmod(filepath.Join(b, "g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "g"), []byte("written again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "g written again, still 0600 of 1234, on b", func() error {
+		got, err := os.ReadFile(filepath.Join(b, "g"))
+		if m, uid, serr := mode(b, "g"); err != nil || serr != nil || string(got) != "written again" || m != 0o600 || uid != 1234 {
+			return fmt.Errorf("%q mode %v uid %d, %v %v", got, m, uid, err, serr)
 		}
 		return nil
 	})

@@ -114,6 +114,7 @@ func TestPoolMountOtherUserLimits(t *testing.T) {
 		}
 		denied("read root's 0600 file", "cat "+secret)
 		denied("read root's 0600 file's whole view", "cat "+filepath.Join(m, ".kvfs", "whole", "secret"))
+		denied("probe root's 0600 file's prefix view", "cat "+filepath.Join(m, ".kvfs", "prefix", "secret@1"))
 		if err := os.WriteFile(filepath.Join(m, "h"), []byte("root's"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -145,11 +146,50 @@ func TestPoolMountOtherUserLimits(t *testing.T) {
 		if out, err := u.sh("ls " + cands); err == nil || !strings.Contains(out, "No such file") {
 			t.Fatalf("the other user's candidates of root's 0600 snapshot: %v %q", err, out)
 		}
-		if err := os.Mkdir(filepath.Join(m, "private"), 0o700); err == nil {
-			t.Fatal("root's mkdir of a 0700 directory succeeded; another user lists it")
+		// A blocks-layout snapshot whose manifest root makes readable but
+		// whose blocks it keeps 0600 (mlx.Writer writes every file 0600):
+		// its views would hand out the blocks' bytes.
+		if err := os.Mkdir(filepath.Join(m, "blk"), 0o755); err != nil {
+			t.Fatal(err)
 		}
-		if names := poolNames(t, env); len(names) != 5 || !names["f"] || !names["d/g"] || !names["h"] || !names["secret"] || !names["p.mlxkv"] {
-			t.Fatalf("pool names after the other user's attempts: %v, want f, d/g, h, secret and p.mlxkv", names)
+		// (the writer makes blk/blocks 0700, as the engine does)
+		bh, bt := model.Snapshot(tokens)
+		if _, _, err := (&mlx.Writer{Layout: mlx.BlocksLayout, BlockBytes: 64 << 10}).Write(filepath.Join(m, "blk", "s.mlxkv"), bh, bt); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(m, "blk", "s.mlxkv"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		u.shOK(t, "head -c 10 "+filepath.Join(m, "blk", "s.mlxkv")+" >/dev/null")
+		denied("read a whole view of private blocks", "cat "+filepath.Join(m, ".kvfs", "whole", "blk", "s.mlxkv"))
+		denied("read a prefix view of private blocks", "cat "+filepath.Join(m, ".kvfs", "prefix", "blk", "s.mlxkv@300"))
+		if _, err := os.ReadFile(filepath.Join(m, ".kvfs", "whole", "blk", "s.mlxkv")); err != nil {
+			t.Fatalf("root's whole view of its blocks-layout snapshot: %v", err)
+		}
+		// A directory root makes 0700 is 0700 (pool.SetDirOwner): the
+		// other user cannot list it or reach its files.
+		if err := os.Mkdir(filepath.Join(m, "private"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m, "private", "x"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		denied("list root's 0700 directory", "ls "+filepath.Join(m, "private"))
+		denied("read a file in root's 0700 directory", "cat "+filepath.Join(m, "private", "x"))
+		if got := u.shOK(t, "stat -c '%U %a' "+filepath.Join(m, "private")); got != "root 700\n" {
+			t.Fatalf("other user's stat of root's 0700 directory: %q", got)
+		}
+		names := poolNames(t, env)
+		for _, want := range []string{"f", "d/g", "h", "secret", "p.mlxkv", "blk/s.mlxkv", "private/x"} {
+			if !names[want] {
+				t.Fatalf("pool names after the other user's attempts: %v, want %s", names, want)
+			}
+			delete(names, want)
+		}
+		for n := range names {
+			if !strings.HasPrefix(n, "blk/blocks/") {
+				t.Fatalf("pool name %q after the other user's attempts", n)
+			}
 		}
 	})
 }

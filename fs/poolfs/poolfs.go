@@ -94,6 +94,9 @@ type fsys struct {
 	// etcd does not answer (pool.ErrEtcdDown), so that cached files stay
 	// readable by name through an outage, as they were last seen.
 	versions map[string]version
+	// dirOwners are the owners directories were last found with (nil:
+	// none recorded), for dirOwner while etcd does not answer.
+	dirOwners map[string]*pool.Owner
 }
 
 // version is one version of a file: its manifest and size, and the owner
@@ -248,7 +251,7 @@ func Mount(mnt string, opts Options) (*fuse.Server, error) {
 			os.Remove(p)
 		}
 	}
-	f := &fsys{opts: opts, lock: lock, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}, versions: map[string]version{},
+	f := &fsys{opts: opts, lock: lock, uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(), madeDir: map[string]bool{}, versions: map[string]version{}, dirOwners: map[string]*pool.Owner{},
 		atomicTrunc: runtime.GOOS != "darwin" && !opts.SimulateDarwin}
 	root := &dirNode{fsys: f}
 	t := opts.Timeout
@@ -448,8 +451,31 @@ func join(dir, name string) string {
 // dirNode is a directory: the root ("") or a prefix of names.
 type dirNode struct {
 	gofs.Inode
-	fsys *fsys
-	path string
+	fsys  *fsys
+	path  string
+	mu    sync.Mutex
+	owner *pool.Owner // as a mkdir or chmod recorded it (nil: the daemon's, 0755)
+}
+
+// dirOwner is directory p's recorded owner (nil: none, the daemon's,
+// 0755). While etcd does not answer it is the one last seen; never seen,
+// it is the daemon's, 0700: a directory made private must not show open
+// for want of its record.
+func (f *fsys) dirOwner(p string) *pool.Owner {
+	o, err := f.opts.Pool.DirOwner(context.Background(), p)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		if last, ok := f.dirOwners[p]; ok {
+			return last
+		}
+		return &pool.Owner{Uid: f.uid, Gid: f.gid, Mode: 0o700}
+	}
+	if len(f.dirOwners) >= maxVersions {
+		clear(f.dirOwners)
+	}
+	f.dirOwners[p] = o
+	return o
 }
 
 var (
@@ -461,11 +487,50 @@ var (
 	_ gofs.NodeRmdirer   = (*dirNode)(nil)
 	_ gofs.NodeRenamer   = (*dirNode)(nil)
 	_ gofs.NodeGetattrer = (*dirNode)(nil)
+	_ gofs.NodeSetattrer = (*dirNode)(nil)
 )
 
 func (n *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.fsys.dirAttr(&out.Attr)
+	n.mu.Lock()
+	o := n.owner
+	n.mu.Unlock()
+	n.fsys.dirAttr(&out.Attr, o)
 	return 0
+}
+
+// Setattr applies a chmod or chown of a directory, kept in the pool
+// (pool.SetDirOwner); the root's is the daemon's own and is not kept.
+func (n *dirNode) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	mode, chmod := in.GetMode()
+	uid, chown := in.GetUID()
+	gid, chgrp := in.GetGID()
+	if chmod || chown || chgrp {
+		if n.path == "" {
+			return syscall.EPERM
+		}
+		n.mu.Lock()
+		o := pool.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid, Mode: 0o755}
+		if n.owner != nil {
+			o = *n.owner
+		}
+		n.mu.Unlock()
+		if chmod {
+			o.Mode = mode & 0o7777
+		}
+		if chown {
+			o.Uid = uid
+		}
+		if chgrp {
+			o.Gid = gid
+		}
+		if err := n.fsys.opts.Pool.SetDirOwner(uninterrupted(ctx), n.path, o); err != nil {
+			return errno(n.fsys.opts.Logger, "chmod "+n.path, err)
+		}
+		n.mu.Lock()
+		n.owner = &o
+		n.mu.Unlock()
+	}
+	return n.Getattr(ctx, fh, out)
 }
 
 // Fsync of a directory succeeds: a name is in etcd, durable, once the
@@ -483,10 +548,16 @@ var _ gofs.NodeFsyncer = (*dirNode)(nil)
 // directory of the pool is reached by, nor made as.
 func (n *dirNode) reserved(name string) bool { return n.path == "" && name == ctlName }
 
-func (f *fsys) dirAttr(a *fuse.Attr) {
+// dirAttr fills a directory's attributes: its owner and mode as a mkdir
+// recorded them (pool.SetDirOwner), or the daemon's, 0755.
+func (f *fsys) dirAttr(a *fuse.Attr, o *pool.Owner) {
 	a.Mode = syscall.S_IFDIR | 0o755
 	a.Nlink = 2
 	a.Uid, a.Gid = f.uid, f.gid
+	if o != nil {
+		a.Mode = syscall.S_IFDIR | o.Mode&0o7777
+		a.Uid, a.Gid = o.Uid, o.Gid
+	}
 	a.SetTimes(&f.started, &f.started, &f.started)
 }
 
@@ -545,8 +616,9 @@ func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		// another version or under another name (review 22).
 		return n.NewInode(ctx, node, gofs.StableAttr{Mode: syscall.S_IFREG}), 0
 	case dir:
-		n.fsys.dirAttr(&out.Attr)
-		return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
+		d := &dirNode{fsys: n.fsys, path: p, owner: n.fsys.dirOwner(p)}
+		n.fsys.dirAttr(&out.Attr, d.owner)
+		return n.NewInode(ctx, d, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	}
 	return nil, syscall.ENOENT
 }
@@ -592,35 +664,25 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		return nil, syscall.EEXIST
 	}
 	p := join(n.path, name)
-	if e := n.fsys.private(p, mode, 0o055); e != 0 {
-		return nil, e
-	}
 	if file, dir, e := n.fsys.kind(p); e != 0 {
 		return nil, e
 	} else if file || dir {
 		return nil, syscall.EEXIST
 	}
+	// Its maker's, with the mode asked (after the umask), kept in the
+	// pool: every host shows it, and the kernel checks it.
+	o := pool.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid, Mode: mode & 0o7777}
+	if c, ok := fuse.FromContext(ctx); ok {
+		o.Uid, o.Gid = c.Uid, c.Gid
+	}
+	if err := n.fsys.opts.Pool.SetDirOwner(uninterrupted(ctx), p, o); err != nil {
+		return nil, errno(n.fsys.opts.Logger, "mkdir "+p, err)
+	}
 	n.fsys.mu.Lock()
 	n.fsys.madeDir[p] = true
 	n.fsys.mu.Unlock()
-	n.fsys.dirAttr(&out.Attr)
-	return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
-}
-
-// private refuses (EPERM), on a mount other users may enter (allow_other),
-// a mkdir whose mode (after the creator's umask) withholds from group or
-// others any of the bits in shown: the pool keeps no directories (they
-// are the prefixes of names), so the directory would be 0755 to every
-// user the mount admits, which is not what its creator asked for (0700).
-// Files keep their owner and mode (pool.Owner). Without allow_other the
-// kernel admits only the mounting user, and modes do not matter.
-func (f *fsys) private(p string, mode, shown uint32) syscall.Errno {
-	if !f.opts.AllowOther || mode&shown == shown {
-		return 0
-	}
-	f.opts.Logger.Warn("pool mount: refused a mkdir whose mode other users would not get (the pool keeps no directories: they are 0755 to every user of an allow_other mount)",
-		"path", p, "mode", fmt.Sprintf("%04o", mode&0o7777))
-	return syscall.EPERM
+	n.fsys.dirAttr(&out.Attr, &o)
+	return n.NewInode(ctx, &dirNode{fsys: n.fsys, path: p, owner: &o}, gofs.StableAttr{Mode: syscall.S_IFDIR}), 0
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -648,6 +710,9 @@ func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return syscall.ENOENT
 	}
 	delete(n.fsys.madeDir, p)
+	if err := n.fsys.opts.Pool.RemoveDirOwner(uninterrupted(ctx), p); err != nil {
+		n.fsys.opts.Logger.Warn("pool mount: rmdir: the directory's owner and mode stay recorded", "path", p, "err", err)
+	}
 	return 0
 }
 
