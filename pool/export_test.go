@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -99,4 +100,39 @@ func (p *Pool) SnapOf(ctx context.Context, path string) (*SnapInfo, string, erro
 func (p *Pool) PutRawName(ctx context.Context, path, value string) error {
 	_, err := p.coord.cli.Put(ctx, p.coord.namesKey(path), value)
 	return err
+}
+
+// SetMaxChunks lowers the chunks a manifest may hold, so that a test
+// reaches the bound with small files.
+func (p *Pool) SetMaxChunks(n int) { p.maxChunks = n }
+
+// ManifestChunks is the number of chunks of path's manifest.
+func (p *Pool) ManifestChunks(ctx context.Context, path string) (int, error) {
+	names, _, err := p.coord.names(ctx, "", 0)
+	if err != nil {
+		return 0, err
+	}
+	m, err := p.manifest(ctx, names[path])
+	if err != nil {
+		return 0, err
+	}
+	return len(m.Chunks), nil
+}
+
+// countingObjects counts an Objects' ranged reads.
+type countingObjects struct {
+	Objects
+	reads *atomic.Int64
+}
+
+func (c countingObjects) ReadRange(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	c.reads.Add(1)
+	return c.Objects.ReadRange(ctx, name, off, n)
+}
+
+// CountReads makes p count its ranged reads of objects.
+func (p *Pool) CountReads() *atomic.Int64 {
+	n := new(atomic.Int64)
+	p.objs = countingObjects{p.objs, n}
+	return n
 }

@@ -18,10 +18,15 @@ import (
 // byte.
 const (
 	maxCachedManifests = 1 << 10 // parsed manifests kept for reads
-	maxSeen            = 1 << 20 // names of the manifests learned
-	maxLineageKeys     = 1 << 22 // chain keys of the lineages learned: 128 MiB
-	maxKnown           = 1 << 21 // chunk locations (2 TiB of 1 MiB chunks)
-	maxManifests       = 1 << 14 // manifests kept on disk
+	// and their memory (Manifest.memBytes): a manifest may hold 64 MiB of
+	// JSON, and anyone who can write to the bucket and etcd can make
+	// names of such (red team: 16 MiB of heap each).
+	maxCachedManifestBytes = 256 << 20
+	maxSeen                = 1 << 20   // names of the manifests learned
+	maxLineageKeys         = 1 << 22   // chain keys of the lineages learned: 128 MiB
+	maxKnown               = 1 << 21   // chunk locations (2 TiB of 1 MiB chunks)
+	maxManifests           = 1 << 14   // manifests kept on disk
+	maxKnownBytes          = 256 << 20 // and their bytes (a long conversation's manifests made 530 MB)
 )
 
 // knowledge is a host's local bbolt index of the manifests it has read or
@@ -31,8 +36,9 @@ const (
 // against its name and parsed again when loaded, so a damaged index only
 // loses what it held.
 type knowledge struct {
-	db *bolt.DB
-	n  int // manifests held
+	db    *bolt.DB
+	n     int   // manifests held
+	bytes int64 // and their bytes
 }
 
 var bucketManifests = []byte("manifests")
@@ -70,6 +76,7 @@ func (k *knowledge) load(fn func(name string, m *Manifest)) error {
 	return k.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketManifests).ForEach(func(key, b []byte) error {
 			k.n++
+			k.bytes += int64(len(b))
 			sum := sha256.Sum256(b)
 			if hex.EncodeToString(sum[:]) != string(key) {
 				return nil
@@ -92,16 +99,17 @@ func (k *knowledge) add(name string, m *Manifest) error {
 	}
 	return k.db.Batch(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketManifests)
-		if k.n >= maxManifests {
+		if k.n >= maxManifests || k.bytes+int64(len(b)) > maxKnownBytes {
 			if err := tx.DeleteBucket(bucketManifests); err != nil {
 				return err
 			}
 			if bk, err = tx.CreateBucket(bucketManifests); err != nil {
 				return err
 			}
-			k.n = 0
+			k.n, k.bytes = 0, 0
 		}
 		k.n++
+		k.bytes += int64(len(b))
 		return bk.Put([]byte(name), b)
 	})
 }

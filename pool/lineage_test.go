@@ -136,3 +136,78 @@ func TestReadsVersion1(t *testing.T) {
 	}
 	checkFile(t, a, "again.bin", data, 51)
 }
+
+// TestLongLineageStaysPublishable: a llama.cpp conversation with a
+// transposed V gains a chunk per channel per save when each save is cut
+// at its parent's chunks; once a file would need more chunks than a
+// manifest may hold, it is cut without a parent instead, so the
+// conversation goes on publishing (red team: turn 17 of an 8B-shaped
+// conversation failed for good), every file reads back exact, and the
+// next saves reuse the fresh cut's chunks.
+func TestLongLineageStaysPublishable(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, t.TempDir()))
+	a.SetMaxChunks(1500)
+	files, _ := llamastatetest.Series(llamastatetest.Spec{Layers: 4, KRow: 256, VEl: 2, VChannels: 128})
+	fell := false
+	prev := 0
+	for k, f := range files[:10] {
+		path := fmt.Sprintf("conv/%d.bin", k)
+		if err := a.Publish(ctx, path, bytes.NewReader(f), int64(len(f))); err != nil {
+			t.Fatalf("turn %d: %v", k, err)
+		}
+		n, err := a.ManifestChunks(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 1500 {
+			t.Fatalf("turn %d: %d chunks, over the bound", k, n)
+		}
+		if n < prev {
+			fell = true // cut afresh
+		}
+		prev = n
+		checkFile(t, a, path, f, uint64(k))
+	}
+	if !fell {
+		t.Fatal("no file was cut afresh: the bound was never reached")
+	}
+	b := s.host(t, s.config(t, t.TempDir()))
+	for k, f := range files[:10] {
+		checkFile(t, b, fmt.Sprintf("conv/%d.bin", k), f, uint64(k)+20)
+	}
+}
+
+// TestTinyChunksReadInFewGETs: a llama.cpp conversation with a
+// transposed V, each save cut at its parent's chunks, holds chunks of a
+// few dozen bytes, each row's from the pack of the save that added it: a
+// cold read on another host fetches them a pack's stretch at a time, not
+// one GET each (red team: 98,371 GETs for 13 MB), and reads back exact.
+func TestTinyChunksReadInFewGETs(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, t.TempDir()))
+	spec := llamastatetest.Spec{Layers: 4, KRow: 256, VEl: 2, VChannels: 512}
+	var tokens []uint32
+	var f []byte
+	for turn := 1; turn <= 8; turn++ {
+		for range 24 {
+			tokens = append(tokens, uint32(len(tokens)*7919%32000))
+		}
+		f = llamastatetest.Write(spec, tokens)
+		if err := a.Publish(ctx, fmt.Sprintf("conv/%d.bin", turn), bytes.NewReader(f), int64(len(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chunks, err := a.ManifestChunks(ctx, "conv/8.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.host(t, s.config(t, t.TempDir()))
+	reads := b.CountReads()
+	readBack(t, b, "conv/8.bin", f)
+	t.Logf("a cold read of %d bytes in %d chunks: %d GETs", len(f), chunks, reads.Load())
+	if n := reads.Load(); n*20 > int64(chunks) {
+		t.Fatalf("a cold read of %d chunks made %d GETs", chunks, n)
+	}
+	checkFile(t, b, "conv/8.bin", f, 3)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unsafe"
 
 	"github.com/kvfs/kvfs/mlx"
 	"github.com/kvfs/kvfs/store"
@@ -249,6 +250,19 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		m.Lineage = l
 	}
 	return m, nil
+}
+
+// memBytes estimates the memory m holds, for the bounds of what a host
+// keeps (Pool.remember).
+func (m *Manifest) memBytes() int64 {
+	n := int64(len(m.Chunks))*(int64(unsafe.Sizeof(ChunkRef{}))+64+8) + 256
+	if m.Snap != nil {
+		n += int64(len(m.Snap.Keys)) * 32
+	}
+	if m.Lineage != nil {
+		n += int64(len(m.Lineage.Keys)) * 32
+	}
+	return n
 }
 
 // index computes the chunks' end offsets of a manifest made here.

@@ -58,6 +58,7 @@ type Pool struct {
 	cache     *Cache
 	chunkSize int64
 	fixed     bool
+	maxChunks int // a manifest's chunks at most (maxPublishChunks; tests lower it)
 	packBytes int64
 	opTimeout time.Duration
 	log       *slog.Logger
@@ -77,6 +78,8 @@ type Pool struct {
 	// manifest has none), by manifest; snapKeys counts their chain keys.
 	snapOf   map[string]*SnapInfo
 	snapKeys int
+	// manifestBytes estimates the memory manifests holds.
+	manifestBytes int64
 	// beforeEvict, set by tests, runs before each eviction's transaction.
 	beforeEvict func(path string)
 	badNames    int // names left out of the last listing (List), logged when it changes
@@ -157,6 +160,7 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 		etcd:      co.etcd,
 		chunkSize: cfg.ChunkSize,
 		fixed:     cfg.FixedChunks,
+		maxChunks: maxPublishChunks,
 		packBytes: cfg.PackBytes,
 		opTimeout: cfg.OpTimeout,
 		log:       cfg.Logger,

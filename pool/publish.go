@@ -113,6 +113,14 @@ type publishing struct {
 	uploadErr error
 }
 
+// maxPublishChunks bounds a manifest's chunks: at about 170 bytes each
+// in JSON, within maxManifestBytes (a file of about 180 GB cut by content
+// at the default chunk size).
+const maxPublishChunks = 360_000
+
+// errTooManyChunks: a cut passed maxPublishChunks.
+var errTooManyChunks = errors.New("too many chunks for a manifest")
+
 // uploadsInFlight is how many packs one publish uploads at once.
 const uploadsInFlight = 2
 
@@ -143,32 +151,59 @@ func (p *Pool) publishOnce(ctx context.Context, path string, r io.ReaderAt, size
 
 	crashPoint("begun")
 	names := p.learnNames(ctx)
-	w := &publishing{p: p, m: Manifest{V: 2, Size: size, Snap: snap},
-		verified: map[string]bool{}, fresh: map[[32]byte]loc{}, pending: map[[32]byte]int{}}
+	w := &publishing{p: p, verified: map[string]bool{}, fresh: map[[32]byte]loc{}}
 	defer w.wait() // no upload outlives its attempt (before the key goes)
 	// The file is cut as a local store cuts it (store.Cut): rows that
 	// grow with the tokens, cut where the parent's chunks end, so that a
 	// prefix-growth series shares its rows whichever host publishes
 	// each snapshot; bytes of no such format by content.
-	opt := store.CutOptions{ChunkSize: p.chunkSize, Fixed: p.fixed, Path: path, Log: p.log,
-		Parent: func(l store.Lineage) *store.CutParent { return p.parentOf(ctx, l, names) }}
-	lin, err := store.Cut(ctx, r, size, opt, func(chunks []store.Chunk, base int64, data []byte) error {
-		select {
-		case <-sess.Done():
-			p.coord.dropSession(sess)
-			return ErrLeaseLost
-		default:
+	cut := func(withParent bool) (store.Lineage, error) {
+		w.m = Manifest{V: 2, Size: size, Snap: snap}
+		w.pack.Reset()
+		w.packRefs = w.packRefs[:0]
+		w.pending = map[[32]byte]int{}
+		opt := store.CutOptions{ChunkSize: p.chunkSize, Fixed: p.fixed, Path: path, Log: p.log}
+		if withParent {
+			opt.Parent = func(l store.Lineage) *store.CutParent { return p.parentOf(ctx, l, names) }
 		}
-		if err := w.checkReuse(ctx, chunks); err != nil {
-			return err
-		}
-		for _, c := range chunks {
-			if err := w.add(ctx, c.Sum, data[c.Off-base:c.Off-base+c.Len]); err != nil {
+		return store.Cut(ctx, r, size, opt, func(chunks []store.Chunk, base int64, data []byte) error {
+			select {
+			case <-sess.Done():
+				p.coord.dropSession(sess)
+				return ErrLeaseLost
+			default:
+			}
+			if len(w.m.Chunks)+len(chunks) > p.maxChunks {
+				return errTooManyChunks
+			}
+			if err := w.checkReuse(ctx, chunks); err != nil {
 				return err
 			}
+			for _, c := range chunks {
+				if err := w.add(ctx, c.Sum, data[c.Off-base:c.Off-base+c.Len]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	lin, err := cut(true)
+	if errors.Is(err, errTooManyChunks) {
+		// A row cut where its parent's chunks end gains a chunk each
+		// generation (a transposed V's channel runs: one per channel
+		// per save), and a long conversation's manifest outgrew what a
+		// manifest may hold: this file is cut afresh, without a parent,
+		// into chunks as many as its rows need, and its children start
+		// from it. What the first cut uploaded serves the second (fresh).
+		p.log.Info("pool: a file's chunks past the manifest's bound when cut at its parent's; cut without one", "path", path, "chunks", p.maxChunks)
+		if err := w.wait(); err != nil {
+			return "", err
 		}
-		return nil
-	})
+		lin, err = cut(false)
+		if errors.Is(err, errTooManyChunks) {
+			err = fmt.Errorf("a file of %d bytes needs more than %d chunks of at most %d bytes, more than a manifest holds: %w", size, p.maxChunks, p.chunkSize, err)
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -473,10 +508,14 @@ func (p *Pool) learn(name string, m *Manifest) {
 func (p *Pool) remember(name string, m *Manifest) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.manifests) >= maxCachedManifests {
-		clear(p.manifests)
+	if _, ok := p.manifests[name]; !ok {
+		if len(p.manifests) >= maxCachedManifests || p.manifestBytes+m.memBytes() > maxCachedManifestBytes {
+			clear(p.manifests)
+			p.manifestBytes = 0
+		}
+		p.manifests[name] = m
+		p.manifestBytes += m.memBytes()
 	}
-	p.manifests[name] = m
 	if _, ok := p.snapOf[name]; !ok {
 		// Kept apart from the manifests (a lookup lists every name's
 		// record, and past maxCachedManifests each lookup read every
@@ -611,20 +650,34 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 	if err := checkPath(to); err != nil {
 		return err
 	}
+	// A chmod (SetOwner) between the reading and the transaction fails
+	// the transaction, which is then made again with the owner it set:
+	// a few times at most, as chmods do not come in floods.
+	for attempt := 1; ; attempt++ {
+		again, err := p.renameOnce(ctx, from, to)
+		if !again || attempt == 5 {
+			return err
+		}
+	}
+}
+
+// renameOnce is one attempt of Rename; again says that it failed only
+// because from's owner changed meanwhile.
+func (p *Pool) renameOnce(ctx context.Context, from, to string) (again bool, err error) {
 	octx, cancel := p.op(ctx)
 	defer cancel()
 	resp, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesKey(from)), clientv3.OpGet(p.coord.usedKey(from)),
 		clientv3.OpGet(p.coord.attrsKey(from))).Commit()
 	if err != nil {
-		return fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
+		return false, fmt.Errorf("rename %s: etcd: %w", from, p.explain(ctx, err))
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return fmt.Errorf("rename %s: %w", from, fs.ErrNotExist)
+		return false, fmt.Errorf("rename %s: %w", from, fs.ErrNotExist)
 	}
 	kv := kvs[0]
 	if from == to {
-		return nil
+		return false, nil
 	}
 	// The time of last use moves with the name (evict.go).
 	used := usedNow()
@@ -633,23 +686,33 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 	}
 	// So does its owner (owner.go), as it was read with the name.
 	owner := clientv3.OpDelete(p.coord.attrsKey(to))
+	var ownerRev int64 // 0: none
 	if a := resp.Responses[2].GetResponseRange().Kvs; len(a) > 0 {
 		owner = clientv3.OpPut(p.coord.attrsKey(to), string(a[0].Value))
+		ownerRev = a[0].ModRevision
 	}
 	tx, err := p.coord.cli.Txn(octx).
-		If(append(p.coord.noConflict(to), clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision))...).
+		If(append(p.coord.noConflict(to), clientv3.Compare(clientv3.ModRevision(p.coord.namesKey(from)), "=", kv.ModRevision),
+			clientv3.Compare(clientv3.ModRevision(p.coord.attrsKey(from)), "=", ownerRev))...).
 		Then(clientv3.OpPut(p.coord.namesKey(to), string(kv.Value)), clientv3.OpDelete(p.coord.namesKey(from)),
 			clientv3.OpPut(p.coord.usedKey(to), used), clientv3.OpDelete(p.coord.usedKey(from)),
 			owner, clientv3.OpDelete(p.coord.attrsKey(from))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))
+		return false, fmt.Errorf("rename %s to %s: etcd: %w", from, to, p.explain(ctx, err))
 	}
 	if !tx.Succeeded {
-		if now, err := p.coord.cli.Get(octx, p.coord.namesKey(from)); err == nil && len(now.Kvs) > 0 && now.Kvs[0].ModRevision == kv.ModRevision {
-			return fmt.Errorf("rename %s to %s: %w", from, to, ErrNameConflict)
+		now, err := p.coord.cli.Txn(octx).Then(clientv3.OpGet(p.coord.namesKey(from)), clientv3.OpGet(p.coord.attrsKey(from))).Commit()
+		if err == nil {
+			n, a := now.Responses[0].GetResponseRange().Kvs, now.Responses[1].GetResponseRange().Kvs
+			if len(n) > 0 && n[0].ModRevision == kv.ModRevision {
+				if changed := len(a) > 0 && a[0].ModRevision != ownerRev || len(a) == 0 && ownerRev != 0; changed {
+					return true, fmt.Errorf("rename %s to %s: its owner changed meanwhile", from, to)
+				}
+				return false, fmt.Errorf("rename %s to %s: %w", from, to, ErrNameConflict)
+			}
 		}
-		return fmt.Errorf("rename %s to %s: it changed meanwhile: %w", from, to, fs.ErrExist)
+		return false, fmt.Errorf("rename %s to %s: it changed meanwhile: %w", from, to, fs.ErrExist)
 	}
-	return nil
+	return false, nil
 }
