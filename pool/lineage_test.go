@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvfs/kvfs/internal/snapgen"
 	"github.com/kvfs/kvfs/llamastate/llamastatetest"
@@ -210,4 +211,39 @@ func TestTinyChunksReadInFewGETs(t *testing.T) {
 		t.Fatalf("a cold read of %d chunks made %d GETs", chunks, n)
 	}
 	checkFile(t, b, "conv/8.bin", f, 3)
+}
+
+// TestRenameMovesConcurrentChmod: a chmod (SetOwner) racing a rename of
+// the same name is never lost: the new name ends with the owner of the
+// last chmod that succeeded on the old one (the rename's transaction
+// fails if the owner changed since it read it, and is made again).
+func TestRenameMovesConcurrentChmod(t *testing.T) {
+	s := startServices(t)
+	a := s.host(t, s.config(t, ""))
+	for round := range 20 {
+		from, to := fmt.Sprintf("r%d/a", round), fmt.Sprintf("r%d/b", round)
+		if _, err := a.PublishOwned(ctx, from, bytes.NewReader([]byte("x")), 1, &pool.Owner{Uid: 1, Gid: 1, Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+		last := uint32(0o644)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for m := uint32(0o600); m < 0o700; m++ {
+				if err := a.SetOwner(ctx, from, pool.Owner{Uid: 1, Gid: 1, Mode: m}); err != nil {
+					return // renamed away
+				}
+				last = m
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		if err := a.Rename(ctx, from, to); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		_, _, o, err := a.ResolveOwned(ctx, to)
+		if err != nil || o == nil || o.Mode != last {
+			t.Fatalf("round %d: %s's owner %+v, %v; the last chmod of %s set %o", round, to, o, err, from, last)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -651,13 +652,14 @@ func (p *Pool) Rename(ctx context.Context, from, to string) error {
 		return err
 	}
 	// A chmod (SetOwner) between the reading and the transaction fails
-	// the transaction, which is then made again with the owner it set:
-	// a few times at most, as chmods do not come in floods.
+	// the transaction, which is then made again with the owner it set,
+	// after a pause that grows: 20 times at most (190 ms of pauses).
 	for attempt := 1; ; attempt++ {
 		again, err := p.renameOnce(ctx, from, to)
-		if !again || attempt == 5 {
+		if !again || attempt == 20 {
 			return err
 		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
 }
 
