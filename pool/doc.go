@@ -22,7 +22,10 @@
 // Files are cut as a local store cuts them (store.Cut; chunks of at most
 // Config.ChunkSize, 1 MiB by default): the rows of a snapshot, a
 // llama.cpp state file or a safetensors cache where its parent's chunks
-// end, bytes of no parsed format by content (parent.go). Chunks a
+// end, bytes of no parsed format by content (parent.go). A file that
+// would need more chunks than a manifest holds when cut at its parent's
+// (a long llama.cpp conversation with a transposed V gains one per
+// channel per save) is cut without a parent instead. Chunks a
 // publish does not find in the pool travel in immutable pack objects
 // (PREFIX/packs/<sha256 of the pack>, 32 MiB by default), so that a
 // snapshot is a few PUTs, not thousands. A manifest object
@@ -229,9 +232,10 @@
 // records its creator's (and mode, after the umask) at a create, and
 // changes them at a chmod or chown; a file published without them (kvfs
 // pool put, or a kvfs before 2026-12-03) shows as the mount's daemon's,
-// 0644. Directories are not kept (they are the prefixes of names): they
-// show as the daemon's, 0755, so on an allow_other mount a mkdir whose
-// mode withholds reading or search from others (0700) fails with EPERM.
+// 0644. A directory's, set by a mkdir or chmod through a mount, are kept
+// under attrs/<dir>/ (directories are the prefixes of names; one made
+// with no record shows as the daemon's, 0755): an engine's blocks
+// directory, made 0700, is 0700 on every host.
 // The kernel checks what the mount shows (default_permissions); the /.kvfs
 // tree answers a caller only with files it may read. Root passes the
 // kernel's checks as ever. The pool itself is guarded by the services,
