@@ -205,8 +205,7 @@ const maxLaterBytes = 256 << 20
 // file waited for each chunk's file to be created, written and renamed
 // (about 0.6 ms for a small chunk on the development machine), which a
 // file cut where its rows end pays thousands of times. Past
-// maxLaterBytes waiting, a chunk is not cached. Close waits for the
-// writer.
+// maxLaterBytes waiting, a chunk is not cached. Close stops the writer.
 func (c *Cache) AddLater(sum [32]byte, b []byte) {
 	if int64(len(b)) > c.limit {
 		return
@@ -241,8 +240,10 @@ func (c *Cache) writeLater(wake <-chan struct{}) {
 			c.mu.Lock()
 			var sum [32]byte
 			var b []byte
-			for sum, b = range c.later {
-				break
+			if !c.closed {
+				for sum, b = range c.later {
+					break
+				}
 			}
 			c.mu.Unlock()
 			if b == nil {
@@ -261,7 +262,11 @@ func (c *Cache) writeLater(wake <-chan struct{}) {
 	}
 }
 
-// Close writes the chunks AddLater holds and stops its writer.
+// Close stops AddLater's writer once the chunk it writes is written; the
+// chunks still waiting are not cached. A daemon's exit (which frees its
+// spool for the next mount) must not wait for up to maxLaterBytes of
+// cache writes: CI mounted again at once after an unmount, and found the
+// spool still locked.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	w := c.wake

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kvfs/kvfs/pool"
 )
@@ -82,10 +83,11 @@ func TestCache(t *testing.T) {
 }
 
 // TestCacheAddLater: a chunk added in the background is served (and
-// counted) at once, from memory, and is on disk once the cache is closed,
-// where a reopen finds it; a chunk the writer cannot write (its directory
-// gone) is counted as failed, with the reason, and is a later miss; after
-// Close nothing is added.
+// counted) at once, from memory, and is soon on disk, where a reopen
+// finds it; a chunk the writer cannot write (its directory gone) is
+// counted as failed, with the reason, and is a later miss; Close returns
+// with chunks still waiting (they are not cached), and after it nothing
+// is added.
 func TestCacheAddLater(t *testing.T) {
 	dir := t.TempDir()
 	c, err := pool.OpenCache(dir, 1<<20)
@@ -104,6 +106,15 @@ func TestCacheAddLater(t *testing.T) {
 	}
 	if st := c.Stats(); st.Chunks != 50 {
 		t.Fatalf("stats while writing: %+v", st)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, _ := os.ReadDir(dir)
+		if len(n) == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 50 chunks written in 10 s", len(n))
+		}
 	}
 	c.Close()
 	late := randBytes(100, 99)
@@ -133,10 +144,26 @@ func TestCacheAddLater(t *testing.T) {
 	os.RemoveAll(gone)
 	b := randBytes(500, 7)
 	c3.AddLater(sha256.Sum256(b), b)
+	for deadline := time.Now().Add(10 * time.Second); c3.Stats().Failed == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	c3.Close()
 	if st := c3.Stats(); st.Failed != 1 || st.LastError == "" || st.Chunks != 0 {
 		t.Fatalf("a chunk that could not be written: %+v", st)
 	}
+	// Close with many chunks waiting returns without writing them all.
+	dir4 := t.TempDir()
+	c4, err := pool.OpenCache(dir4, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		b := randBytes(4000, uint64(1000+i))
+		c4.AddLater(sha256.Sum256(b), b)
+	}
+	c4.Close()
+	n, _ := os.ReadDir(dir4)
+	t.Logf("Close with 2000 chunks waiting: %d written", len(n))
 	if _, ok := c3.Get(sha256.Sum256(b)); ok {
 		t.Fatal("a chunk that could not be written is served")
 	}
