@@ -411,27 +411,9 @@ func (d *viewDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if e != 0 {
 		return nil, e
 	}
-	prefix := ""
-	if d.path != "" {
-		prefix = d.path + "/"
-	}
-	seen := map[string]bool{}
-	var ents []fuse.DirEntry
-	for _, n := range names {
-		rest, ok := strings.CutPrefix(n, prefix)
-		if !ok {
-			continue
-		}
-		child, _, isDir := strings.Cut(rest, "/")
-		if seen[child] || !isDir && d.prefix {
-			continue
-		}
-		seen[child] = true
-		mode := uint32(syscall.S_IFREG)
-		if isDir {
-			mode = syscall.S_IFDIR
-		}
-		ents = append(ents, fuse.DirEntry{Name: child, Mode: mode})
+	ents := children(names, d.path)
+	if d.prefix {
+		ents = slices.DeleteFunc(ents, func(e fuse.DirEntry) bool { return e.Mode != syscall.S_IFDIR })
 	}
 	return gofs.NewListDirStream(ents), 0
 }

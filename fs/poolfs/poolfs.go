@@ -628,35 +628,49 @@ func (n *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if e != 0 {
 		return nil, e
 	}
+	ents := children(names, n.path)
+	seen := map[string]bool{}
+	for _, e := range ents {
+		seen[e.Name] = true
+	}
 	prefix := ""
 	if n.path != "" {
 		prefix = n.path + "/"
 	}
-	seen := map[string]bool{}
-	var ents []fuse.DirEntry
-	add := func(name string, mode uint32) {
-		if !seen[name] {
-			seen[name] = true
-			ents = append(ents, fuse.DirEntry{Name: name, Mode: mode})
-		}
-	}
-	i, _ := slices.BinarySearch(names, prefix)
-	for ; i < len(names) && strings.HasPrefix(names[i], prefix); i++ {
-		rest := names[i][len(prefix):]
-		if child, _, isDir := strings.Cut(rest, "/"); isDir {
-			add(child, syscall.S_IFDIR)
-		} else {
-			add(rest, syscall.S_IFREG)
-		}
-	}
 	n.fsys.mu.Lock()
 	for d := range n.fsys.madeDir {
-		if rest, ok := strings.CutPrefix(d, prefix); ok && !strings.Contains(rest, "/") && rest != "" {
-			add(rest, syscall.S_IFDIR)
+		if rest, ok := strings.CutPrefix(d, prefix); ok && !strings.Contains(rest, "/") && rest != "" && !seen[rest] {
+			seen[rest] = true
+			ents = append(ents, fuse.DirEntry{Name: rest, Mode: syscall.S_IFDIR})
 		}
 	}
 	n.fsys.mu.Unlock()
 	return gofs.NewListDirStream(ents), 0
+}
+
+// children are the entries of directory dir ("" the root) that the sorted
+// names make: a file for each name in it, a directory for each prefix of
+// names below it, once each.
+func children(names []string, dir string) []fuse.DirEntry {
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	seen := map[string]bool{}
+	var ents []fuse.DirEntry
+	i, _ := slices.BinarySearch(names, prefix)
+	for ; i < len(names) && strings.HasPrefix(names[i], prefix); i++ {
+		rest := names[i][len(prefix):]
+		mode := uint32(syscall.S_IFREG)
+		if child, _, isDir := strings.Cut(rest, "/"); isDir {
+			rest, mode = child, syscall.S_IFDIR
+		}
+		if !seen[rest] {
+			seen[rest] = true
+			ents = append(ents, fuse.DirEntry{Name: rest, Mode: mode})
+		}
+	}
+	return ents
 }
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
